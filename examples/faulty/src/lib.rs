@@ -1,0 +1,111 @@
+//! A predictor that misbehaves on request, for fault-injection tests of the host.
+//!
+//! Input `x: FP32 [N, 1]`, output `y: FP32 [N, 1] = scale * x` (parameter `scale`,
+//! default 2). An item whose value is one of these codes triggers a fault:
+//!
+//! | x | fault |
+//! | --- | --- |
+//! | -1 | panic "faulty: panic requested" (trap) |
+//! | -2 | infinite loop (deadline) |
+//! | -3 | allocates until memory runs out (trap) |
+//! | -4 | unbounded recursion (stack overflow trap) |
+//! | -5 | item failure 422 "faulty: item rejected" |
+//! | -6 | `y` gets N+1 rows |
+//! | -7 | the output is named `wrong` instead of `y` |
+//! | -8 | an item failure with index N (out of range) |
+//!
+//! With the parameter `fail_init = "true"`, `init` fails.
+
+use std::hint::black_box;
+use std::sync::OnceLock;
+
+use tensorplug_guest::prelude::*;
+
+/// The multiplier, from the `scale` parameter.
+static SCALE: OnceLock<f32> = OnceLock::new();
+
+struct Faulty;
+
+impl Predictor for Faulty {
+    fn init(parameters: Vec<Parameter>) -> Result<(), String> {
+        let parameters = Parameters::new(parameters);
+        if parameters.parse_or("fail_init", false)? {
+            return Err("faulty: init failed as configured".into());
+        }
+        let scale = parameters.parse_or("scale", 2.0)?;
+        SCALE
+            .set(scale)
+            .map_err(|_| "faulty: init called twice".to_string())
+    }
+
+    fn predict(batch: Vec<Tensor>) -> Result<Prediction, ItemError> {
+        let scale = SCALE.get().copied().unwrap_or(2.0);
+        let x = batch.input("x")?;
+        x.expect_shape(&[-1, 1])?;
+        let n = x.batch_size()?;
+
+        let mut y = Vec::with_capacity(n + 1);
+        let mut failures = Vec::new();
+        let (mut extra_row, mut wrong_name, mut bad_index) = (false, false, false);
+        for (i, &v) in x.values::<f32>()?.iter().enumerate() {
+            match fault_code(v) {
+                Some(1) => panic!("faulty: panic requested"),
+                Some(2) => spin(),
+                Some(3) => exhaust_memory(),
+                Some(4) => {
+                    recurse(0);
+                }
+                Some(5) => failures.push(ItemError::new(422, "faulty: item rejected").at(i as u32)),
+                Some(6) => extra_row = true,
+                Some(7) => wrong_name = true,
+                Some(8) => bad_index = true,
+                _ => {}
+            }
+            y.push(scale * v);
+        }
+
+        if extra_row {
+            y.push(0.0);
+        }
+        if bad_index {
+            failures.push(ItemError::internal("faulty: index out of range").at(n as u32));
+        }
+        let name = if wrong_name { "wrong" } else { "y" };
+        let y = Tensor::from_f32(name, &[y.len() as u64, 1], &y);
+        Ok(Prediction::with_failures(vec![y], failures))
+    }
+}
+
+/// `Some(k)` when `v` is exactly `-k` for a fault code `k` in 1..=8.
+fn fault_code(v: f32) -> Option<u8> {
+    let code = -v;
+    (code.fract() == 0.0 && (1.0..=8.0).contains(&code)).then_some(code as u8)
+}
+
+fn spin() -> ! {
+    let mut i = 0u64;
+    loop {
+        // Keeps the loop observable so it is neither removed nor treated as UB.
+        i = black_box(i.wrapping_add(1));
+    }
+}
+
+fn exhaust_memory() -> ! {
+    let mut hoard: Vec<Vec<u8>> = Vec::new();
+    loop {
+        // Non-zero fill writes every page, so the memory is really committed.
+        hoard.push(vec![1u8; 1 << 20]);
+        black_box(&hoard);
+    }
+}
+
+/// Recurses until the stack runs out. `black_box` on the argument and on the result
+/// keeps LLVM from proving the recursion endless (and folding it) or turning it into a
+/// loop; the frame stays small so the wasm stack, not the shadow stack, overflows first.
+#[inline(never)]
+#[allow(unconditional_recursion)]
+fn recurse(depth: u64) -> u64 {
+    black_box(recurse(black_box(depth + 1))).wrapping_add(depth)
+}
+
+export_predictor!(Faulty);

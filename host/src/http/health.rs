@@ -1,0 +1,103 @@
+//! Health, readiness and metadata routes.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::AppState;
+use crate::error::ServeError;
+use crate::protocol::{ModelMetadata, ServerMetadata, TensorMetadata};
+use crate::serving::Model;
+
+pub async fn server_metadata() -> Json<ServerMetadata> {
+    Json(ServerMetadata {
+        name: "tensorplug".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        extensions: vec!["binary_tensor_data".into(), "model_repository".into()],
+    })
+}
+
+pub async fn live() -> StatusCode {
+    StatusCode::OK
+}
+
+pub async fn ready(State(state): State<Arc<AppState>>) -> StatusCode {
+    if state.repository.all_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
+/// The live version of `name`, checked against a requested version.
+pub fn find_model(state: &AppState, name: &str, version: Option<&str>) -> Result<Arc<Model>, ServeError> {
+    let model = state.repository.get(name).ok_or_else(|| ServeError::ModelNotFound(name.to_string()))?;
+    if let Some(version) = version {
+        if version != model.config.version {
+            return Err(ServeError::VersionNotFound {
+                model: name.to_string(),
+                version: version.to_string(),
+                live: model.config.version.clone(),
+            });
+        }
+    }
+    Ok(model)
+}
+
+fn metadata(model: &Model) -> ModelMetadata {
+    let config = &model.config;
+    let describe = |specs: &[crate::model_config::TensorSpec]| {
+        specs
+            .iter()
+            .map(|spec| TensorMetadata {
+                name: spec.name.clone(),
+                datatype: spec.datatype,
+                shape: config.metadata_shape(spec),
+            })
+            .collect()
+    };
+    ModelMetadata {
+        name: config.name.clone(),
+        versions: vec![config.version.clone()],
+        platform: "tensorplug_wasm".into(),
+        inputs: describe(&config.inputs),
+        outputs: describe(&config.outputs),
+    }
+}
+
+pub async fn model_metadata(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
+    match find_model(&state, &name, None) {
+        Ok(model) => Json(metadata(&model)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub async fn model_metadata_versioned(
+    State(state): State<Arc<AppState>>,
+    Path((name, version)): Path<(String, String)>,
+) -> Response {
+    match find_model(&state, &name, Some(&version)) {
+        Ok(model) => Json(metadata(&model)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub async fn model_ready(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
+    match find_model(&state, &name, None) {
+        Ok(_) => StatusCode::OK.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub async fn model_ready_versioned(
+    State(state): State<Arc<AppState>>,
+    Path((name, version)): Path<(String, String)>,
+) -> Response {
+    match find_model(&state, &name, Some(&version)) {
+        Ok(_) => StatusCode::OK.into_response(),
+        Err(e) => e.into_response(),
+    }
+}

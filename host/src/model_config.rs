@@ -1,0 +1,438 @@
+//! `model.toml`: one model folder's configuration, parsed strictly and validated once.
+//!
+//! Unknown keys are errors (a typo must not silently fall back to a default), and every
+//! error names the file and the key. See the README for the documented format.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::runtime::StageKind;
+use crate::tensor::DataType;
+
+/// The file every model folder must have.
+pub const MODEL_FILE: &str = "model.toml";
+
+/// Why a model folder's configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {message}", file.display())]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub message: String,
+}
+
+/// A declared input or output: name, datatype and per-item shape(s).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub datatype: DataType,
+    /// Accepted per-item shapes (without the batch dimension); -1 matches any size.
+    pub shapes: Vec<Vec<i64>>,
+}
+
+impl TensorSpec {
+    /// Whether a per-item shape is one of the accepted ones.
+    pub fn accepts_shape(&self, shape: &[u64]) -> bool {
+        self.shapes.iter().any(|accepted| {
+            accepted.len() == shape.len() && accepted.iter().zip(shape).all(|(&a, &s)| a < 0 || a as u64 == s)
+        })
+    }
+
+    /// The accepted shapes as a client reads them, e.g. `[64] or [8, 8]`.
+    pub fn describe_shapes(&self) -> String {
+        self.shapes.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(" or ")
+    }
+}
+
+/// How requests are grouped into batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batching {
+    /// Most items in one call to predict; 1 when the model does not batch.
+    pub max_batch_size: usize,
+    /// How long the first item of a batch waits for company.
+    pub max_queue_delay: Duration,
+    /// Most items waiting for an instance; beyond it requests get 503.
+    pub max_queue_size: usize,
+}
+
+/// Sandbox and scheduling limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Linear memory cap per stage instance, in bytes.
+    pub memory_bytes: usize,
+    /// Time limit of one stage call.
+    pub stage_timeout: Duration,
+    /// Default time a request may take end to end (a request's `timeout` overrides it).
+    pub request_timeout: Duration,
+    /// Pipeline instances, each on its own thread.
+    pub instances: usize,
+}
+
+/// A validated model configuration.
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    pub name: String,
+    pub version: String,
+    pub dir: PathBuf,
+    /// Whether requests are split into items along their leading dimension.
+    pub batches: bool,
+    /// The stage files, in pipeline order.
+    pub stages: Vec<(StageKind, PathBuf)>,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+    pub batching: Batching,
+    pub limits: Limits,
+    /// `[parameters]` as text, handed to every stage's `init`.
+    pub parameters: Vec<(String, String)>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    name: Option<String>,
+    version: Option<RawVersion>,
+    stages: RawStages,
+    #[serde(default)]
+    inputs: Vec<RawTensor>,
+    #[serde(default)]
+    outputs: Vec<RawTensor>,
+    batching: Option<RawBatching>,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    parameters: BTreeMap<String, toml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawVersion {
+    Text(String),
+    Number(u64),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStages {
+    preprocess: Option<String>,
+    predict: String,
+    postprocess: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTensor {
+    name: String,
+    datatype: String,
+    shape: RawShape,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawShape {
+    One(Vec<i64>),
+    Many(Vec<Vec<i64>>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBatching {
+    max_batch_size: usize,
+    #[serde(default = "default_queue_delay_us")]
+    max_queue_delay_us: u64,
+    #[serde(default = "default_queue_size")]
+    max_queue_size: usize,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    memory_mib: Option<u64>,
+    timeout_ms: Option<u64>,
+    request_timeout_ms: Option<u64>,
+    instances: Option<usize>,
+}
+
+fn default_queue_delay_us() -> u64 {
+    500
+}
+
+fn default_queue_size() -> usize {
+    1024
+}
+
+const DEFAULT_MEMORY_MIB: u64 = 64;
+const MAX_MEMORY_MIB: u64 = 4096;
+const DEFAULT_STAGE_TIMEOUT_MS: u64 = 1000;
+const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+
+/// Whether `name` can be a model (and folder) name: no path tricks, nothing hidden.
+pub fn is_valid_model_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+impl ModelConfig {
+    /// Reads and validates `dir/model.toml`.
+    pub fn load(dir: &Path) -> Result<Self, ConfigError> {
+        let file = dir.join(MODEL_FILE);
+        let text = std::fs::read_to_string(&file).map_err(|e| ConfigError {
+            file: file.clone(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::parse(dir, &text).map_err(|message| ConfigError { file, message })
+    }
+
+    /// Validates the text of a `model.toml` found in `dir`.
+    pub fn parse(dir: &Path, text: &str) -> Result<Self, String> {
+        let raw: RawModel = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+        let folder = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        let name = raw.name.unwrap_or_else(|| folder.clone());
+        if !is_valid_model_name(&name) {
+            return Err(format!(
+                "key `name`: {name:?} is not a valid model name (letters, digits, '-', '_', '.'; not starting with '.')"
+            ));
+        }
+        if !folder.is_empty() && name != folder {
+            return Err(format!("key `name`: {name:?} must equal the model's folder name {folder:?}"));
+        }
+        let version = match raw.version {
+            None => "1".to_string(),
+            Some(RawVersion::Number(n)) => n.to_string(),
+            Some(RawVersion::Text(text)) if is_valid_model_name(&text) => text,
+            Some(RawVersion::Text(text)) => {
+                return Err(format!("key `version`: {text:?} is not a valid version (letters, digits, '-', '_', '.')"))
+            }
+        };
+
+        let mut stages = Vec::new();
+        for (kind, file) in [
+            (StageKind::Preprocess, raw.stages.preprocess),
+            (StageKind::Predict, Some(raw.stages.predict)),
+            (StageKind::Postprocess, raw.stages.postprocess),
+        ] {
+            if let Some(file) = file {
+                let key = format!("stages.{}", kind.name());
+                stages.push((kind, dir.join(stage_file(&key, &file)?)));
+            }
+        }
+
+        let inputs = tensor_specs("inputs", raw.inputs)?;
+        let outputs = tensor_specs("outputs", raw.outputs)?;
+        if inputs.is_empty() {
+            return Err("key `inputs`: a model must declare at least one input".into());
+        }
+
+        let instances_default = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let limits = Limits {
+            memory_bytes: {
+                let mib = raw.limits.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB);
+                if !(1..=MAX_MEMORY_MIB).contains(&mib) {
+                    return Err(format!("key `limits.memory_mib`: {mib} is outside 1..={MAX_MEMORY_MIB}"));
+                }
+                (mib as usize) << 20
+            },
+            stage_timeout: positive_ms("limits.timeout_ms", raw.limits.timeout_ms, DEFAULT_STAGE_TIMEOUT_MS)?,
+            request_timeout: positive_ms(
+                "limits.request_timeout_ms",
+                raw.limits.request_timeout_ms,
+                DEFAULT_REQUEST_TIMEOUT_MS,
+            )?,
+            instances: match raw.limits.instances {
+                None => instances_default,
+                Some(n @ 1..=256) => n,
+                Some(n) => return Err(format!("key `limits.instances`: {n} is outside 1..=256")),
+            },
+        };
+
+        let (batches, batching) = match raw.batching {
+            None => (
+                false,
+                Batching {
+                    max_batch_size: 1,
+                    max_queue_delay: Duration::ZERO,
+                    max_queue_size: default_queue_size(),
+                },
+            ),
+            Some(b) => {
+                if !(1..=4096).contains(&b.max_batch_size) {
+                    return Err(format!("key `batching.max_batch_size`: {} is outside 1..=4096", b.max_batch_size));
+                }
+                if b.max_queue_delay_us > 10_000_000 {
+                    return Err(format!(
+                        "key `batching.max_queue_delay_us`: {} is more than 10 s",
+                        b.max_queue_delay_us
+                    ));
+                }
+                if !(1..=1_000_000).contains(&b.max_queue_size) {
+                    return Err(format!("key `batching.max_queue_size`: {} is outside 1..=1000000", b.max_queue_size));
+                }
+                (
+                    true,
+                    Batching {
+                        max_batch_size: b.max_batch_size,
+                        max_queue_delay: Duration::from_micros(b.max_queue_delay_us),
+                        max_queue_size: b.max_queue_size,
+                    },
+                )
+            }
+        };
+
+        let parameters = raw
+            .parameters
+            .into_iter()
+            .map(|(name, value)| (name, parameter_text(value)))
+            .collect();
+
+        Ok(Self {
+            name,
+            version,
+            dir: dir.to_path_buf(),
+            batches,
+            stages,
+            inputs,
+            outputs,
+            batching,
+            limits,
+            parameters,
+        })
+    }
+
+    /// The shape clients see in metadata: `-1` for the batch dimension when the model
+    /// batches, then the first accepted per-item shape.
+    pub fn metadata_shape(&self, spec: &TensorSpec) -> Vec<i64> {
+        let per_item = spec.shapes.first().cloned().unwrap_or_default();
+        if self.batches {
+            std::iter::once(-1).chain(per_item).collect()
+        } else {
+            per_item
+        }
+    }
+}
+
+fn stage_file(key: &str, file: &str) -> Result<PathBuf, String> {
+    let path = Path::new(file);
+    let plain = path.components().count() == 1
+        && matches!(path.components().next(), Some(std::path::Component::Normal(_)))
+        && !file.starts_with('.');
+    if !plain {
+        return Err(format!("key `{key}`: {file:?} must be a file name inside the model folder"));
+    }
+    Ok(path.to_path_buf())
+}
+
+fn tensor_specs(key: &str, raw: Vec<RawTensor>) -> Result<Vec<TensorSpec>, String> {
+    let mut specs: Vec<TensorSpec> = Vec::with_capacity(raw.len());
+    for (i, t) in raw.into_iter().enumerate() {
+        let at = format!("{key}[{i}]");
+        if t.name.is_empty() {
+            return Err(format!("key `{at}.name`: must not be empty"));
+        }
+        if specs.iter().any(|s| s.name == t.name) {
+            return Err(format!("key `{at}.name`: {:?} is declared twice", t.name));
+        }
+        let datatype = DataType::parse(&t.datatype).ok_or_else(|| {
+            format!(
+                "key `{at}.datatype`: {:?} is not a V2 datatype (one of {})",
+                t.datatype,
+                DataType::ALL.map(|d| d.as_str()).join(", ")
+            )
+        })?;
+        let shapes = match t.shape {
+            RawShape::One(s) => vec![s],
+            RawShape::Many(many) if !many.is_empty() => many,
+            RawShape::Many(_) => return Err(format!("key `{at}.shape`: give at least one shape")),
+        };
+        if let Some(bad) = shapes.iter().flatten().find(|&&d| d < -1) {
+            return Err(format!("key `{at}.shape`: dimension {bad} is invalid (sizes are >= 0, -1 means any)"));
+        }
+        specs.push(TensorSpec {
+            name: t.name,
+            datatype,
+            shapes,
+        });
+    }
+    Ok(specs)
+}
+
+fn positive_ms(key: &str, value: Option<u64>, default: u64) -> Result<Duration, String> {
+    match value.unwrap_or(default) {
+        0 => Err(format!("key `{key}`: must be at least 1")),
+        ms => Ok(Duration::from_millis(ms)),
+    }
+}
+
+/// Parameters reach plugins as text: strings as they are, everything else as JSON.
+fn parameter_text(value: toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => s,
+        other => serde_json::to_string(&other).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIGITS: &str = r#"
+name = "digits"
+version = "1"
+[stages]
+preprocess = "preprocess.wasm"
+predict = "predict.wasm"
+[[inputs]]
+name = "input-0"
+datatype = "FP32"
+shape = [[64], [8, 8]]
+[[outputs]]
+name = "label"
+datatype = "INT64"
+shape = [1]
+[batching]
+max_batch_size = 32
+[parameters]
+pixel_max = 16
+mode = "fast"
+"#;
+
+    #[test]
+    fn parses_a_full_config() {
+        let c = ModelConfig::parse(Path::new("/m/digits"), DIGITS).unwrap();
+        assert_eq!(c.name, "digits");
+        assert!(c.batches);
+        assert_eq!(c.batching.max_batch_size, 32);
+        assert_eq!(c.stages.len(), 2);
+        assert_eq!(c.stages[1], (StageKind::Predict, PathBuf::from("/m/digits/predict.wasm")));
+        assert!(c.inputs[0].accepts_shape(&[8, 8]));
+        assert!(!c.inputs[0].accepts_shape(&[8, 7]));
+        assert_eq!(c.metadata_shape(&c.inputs[0]), vec![-1, 64]);
+        assert_eq!(
+            c.parameters,
+            vec![("mode".into(), "fast".into()), ("pixel_max".into(), "16".into())]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let err = |text: &str| ModelConfig::parse(Path::new("/m/digits"), text).unwrap_err();
+        let typo = DIGITS.replace("max_batch_size", "max_batchsize");
+        assert!(err(&typo).contains("unknown field `max_batchsize`"), "{}", err(&typo));
+        let dtype = DIGITS.replace("\"FP32\"", "\"FP33\"");
+        assert!(err(&dtype).contains("key `inputs[0].datatype`: \"FP33\""), "{}", err(&dtype));
+        let escape = DIGITS.replace("\"predict.wasm\"", "\"../x.wasm\"");
+        assert!(err(&escape).contains("key `stages.predict`"), "{}", err(&escape));
+        let renamed = DIGITS.replace("name = \"digits\"", "name = \"other\"");
+        assert!(err(&renamed).contains("folder name"), "{}", err(&renamed));
+    }
+
+    #[test]
+    fn model_names_reject_traversal() {
+        for bad in ["", "..", ".hidden", "a/b", "/abs", "a\\b", "a b"] {
+            assert!(!is_valid_model_name(bad), "{bad}");
+        }
+        assert!(is_valid_model_name("digits-v2.1_x"));
+    }
+}

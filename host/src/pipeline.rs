@@ -1,0 +1,299 @@
+//! One model instance's pipeline: preprocess → predict → postprocess over a batch of
+//! items, with every item ending in its own outcome.
+//!
+//! What this module guarantees, whatever a plugin does:
+//! - **Per-item outcomes.** A plugin's item errors stay with their items; items that fail
+//!   a stage skip the later ones.
+//! - **Trap isolation by bisection.** When a call traps (panic, out of memory, stack
+//!   overflow, time limit) or breaks the plugin contract, the instance is replaced and
+//!   the call's items are split in halves and re-run, recursively, until each culprit is
+//!   alone. Culprits get 500 (504 for a time limit); everyone else gets the answer they
+//!   would have got alone. For a call of `n` items of which `k` are culprits, this costs
+//!   at most `2·k·⌈log2 n⌉` extra calls, and nothing when no call fails.
+//! - **Contract checks.** Result counts, batch sizes, output names, datatypes and shapes,
+//!   and failure indices are all checked; violations are answered as 500 naming the
+//!   stage and the violation.
+//!
+//! Items whose per-item shapes differ are sent to predict in separate sub-batches.
+
+use std::sync::Arc;
+
+use crate::model_config::TensorSpec;
+use crate::outcome::{ItemError, ItemOutcome};
+use crate::runtime::{Prediction, RuntimeError, StageInstance, StageTemplate, Trapped};
+use crate::tensor::{Item, Tensor};
+
+/// The compiled stages of one model version; instances are made from it.
+pub struct PipelineTemplate {
+    pub preprocess: Option<Arc<StageTemplate>>,
+    pub predict: Arc<StageTemplate>,
+    pub postprocess: Option<Arc<StageTemplate>>,
+    /// The declared outputs every final item is checked against.
+    pub outputs: Vec<TensorSpec>,
+}
+
+impl PipelineTemplate {
+    /// A live instance of every stage, initialised.
+    pub fn instantiate(self: &Arc<Self>) -> Result<PipelineInstance, RuntimeError> {
+        let slot = |t: &Arc<StageTemplate>| -> Result<Slot, RuntimeError> {
+            Ok(Slot {
+                live: Some(t.instantiate()?),
+                template: t.clone(),
+                traps: 0,
+            })
+        };
+        Ok(PipelineInstance {
+            preprocess: self.preprocess.as_ref().map(slot).transpose()?,
+            predict: slot(&self.predict)?,
+            postprocess: self.postprocess.as_ref().map(slot).transpose()?,
+            template: self.clone(),
+        })
+    }
+}
+
+/// One stage's live instance, replaced after every trap.
+struct Slot {
+    template: Arc<StageTemplate>,
+    live: Option<StageInstance>,
+    traps: u64,
+}
+
+impl Slot {
+    fn instance(&mut self) -> Result<&mut StageInstance, ItemError> {
+        if self.live.is_none() {
+            let fresh = self.template.instantiate().map_err(|e| {
+                ItemError::unavailable(format!("{} instance could not be re-created: {e}", self.template.kind().name()))
+            })?;
+            self.live = Some(fresh);
+        }
+        // Just filled above when it was empty.
+        self.live
+            .as_mut()
+            .ok_or_else(|| ItemError::unavailable("stage instance unavailable"))
+    }
+
+    /// Drops a trapped instance and builds its replacement right away, so the next call
+    /// does not pay for it.
+    fn replace(&mut self, trapped: &Trapped) {
+        self.traps += 1;
+        self.live = None;
+        tracing::warn!(stage = self.template.kind().name(), traps = self.traps, "plugin trapped: {}", trapped.message);
+        if let Err(e) = self.instance() {
+            tracing::error!(stage = self.template.kind().name(), "{}", e.message);
+        }
+    }
+}
+
+/// A full set of live stage instances; runs batches one at a time.
+pub struct PipelineInstance {
+    template: Arc<PipelineTemplate>,
+    preprocess: Option<Slot>,
+    predict: Slot,
+    postprocess: Option<Slot>,
+}
+
+/// What one failed call means for the items in it.
+enum CallFailure {
+    /// Replace the instance and bisect.
+    Trapped(Trapped),
+    /// The plugin answered, but broke the contract: bisect without replacing.
+    Violation(String),
+    /// Every item of the call gets this answer (e.g. predict failed the whole batch).
+    All(ItemError),
+}
+
+impl PipelineInstance {
+    /// Traps seen by this instance's stages so far.
+    pub fn traps(&self) -> u64 {
+        let optional = |slot: &Option<Slot>| slot.as_ref().map_or(0, |s| s.traps);
+        optional(&self.preprocess) + self.predict.traps + optional(&self.postprocess)
+    }
+
+    /// Runs `items` through every stage; one outcome per item, in order.
+    pub fn run(&mut self, items: Vec<Item>) -> Vec<ItemOutcome> {
+        let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; items.len()];
+        let mut alive: Vec<(usize, Item)> = items.into_iter().enumerate().collect();
+
+        if let Some(slot) = self.preprocess.as_mut() {
+            alive = settle(&mut outcomes, run_bisected(slot, alive, &map_items));
+        }
+        alive = settle(&mut outcomes, run_predict(&mut self.predict, alive));
+        if let Some(slot) = self.postprocess.as_mut() {
+            alive = settle(&mut outcomes, run_bisected(slot, alive, &map_items));
+        }
+        for (index, item) in alive {
+            let outcome = check_outputs(&self.template.outputs, item).map_err(ItemError::trap);
+            outcomes[index] = Some(outcome);
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(ItemError::trap("item lost in the pipeline"))))
+            .collect()
+    }
+}
+
+/// Records failed items' outcomes and returns the survivors for the next stage.
+fn settle(outcomes: &mut [Option<ItemOutcome>], results: Vec<(usize, ItemOutcome)>) -> Vec<(usize, Item)> {
+    let mut alive = Vec::with_capacity(results.len());
+    for (index, result) in results {
+        match result {
+            Ok(item) => alive.push((index, item)),
+            Err(e) => outcomes[index] = Some(Err(e)),
+        }
+    }
+    alive
+}
+
+type StageCall = dyn Fn(&mut StageInstance, &[(usize, Item)]) -> Result<Vec<ItemOutcome>, CallFailure>;
+
+/// Calls a stage on `items`; on a trap or contract violation, replaces the instance if
+/// needed and re-runs each half, until the failing items are isolated.
+fn run_bisected(slot: &mut Slot, items: Vec<(usize, Item)>, call: &StageCall) -> Vec<(usize, ItemOutcome)> {
+    if items.is_empty() {
+        return Vec::new();
+    }
+    let instance = match slot.instance() {
+        Ok(instance) => instance,
+        Err(e) => return items.into_iter().map(|(i, _)| (i, Err(e.clone()))).collect(),
+    };
+    let failure = match call(instance, &items) {
+        Ok(results) => return items.into_iter().map(|(i, _)| i).zip(results).collect(),
+        Err(failure) => failure,
+    };
+    let alone = items.len() == 1;
+    let error = match failure {
+        CallFailure::All(error) => return items.into_iter().map(|(i, _)| (i, Err(error.clone()))).collect(),
+        CallFailure::Trapped(trapped) => {
+            slot.replace(&trapped);
+            trapped.item_error()
+        }
+        CallFailure::Violation(message) => ItemError::trap(message),
+    };
+    if alone {
+        return items.into_iter().map(|(i, _)| (i, Err(error.clone()))).collect();
+    }
+    let mut first = items;
+    let second = first.split_off(first.len() / 2);
+    let mut results = run_bisected(slot, first, call);
+    results.extend(run_bisected(slot, second, call));
+    results
+}
+
+/// preprocess/postprocess: one result per item.
+fn map_items(instance: &mut StageInstance, items: &[(usize, Item)]) -> Result<Vec<ItemOutcome>, CallFailure> {
+    let kind = instance.template().kind();
+    let sent: Vec<Item> = items.iter().map(|(_, item)| item.clone()).collect();
+    let results = instance.map_items(sent).map_err(CallFailure::Trapped)?;
+    if results.len() != items.len() {
+        return Err(CallFailure::Violation(format!(
+            "{} broke the plugin contract: returned {} results for {} items",
+            kind.name(),
+            results.len(),
+            items.len()
+        )));
+    }
+    Ok(results)
+}
+
+/// Groups items by their per-item shapes and runs each group through predict.
+fn run_predict(slot: &mut Slot, items: Vec<(usize, Item)>) -> Vec<(usize, ItemOutcome)> {
+    let mut groups: Vec<(Vec<Signature>, Vec<(usize, Item)>)> = Vec::new();
+    for (index, item) in items {
+        let signature = signature(&item);
+        match groups.iter_mut().find(|(s, _)| *s == signature) {
+            Some((_, members)) => members.push((index, item)),
+            None => groups.push((signature, vec![(index, item)])),
+        }
+    }
+    let mut results = Vec::new();
+    for (_, members) in groups {
+        results.extend(run_bisected(slot, members, &predict_batch));
+    }
+    results
+}
+
+type Signature = (String, crate::tensor::DataType, Vec<u64>);
+
+fn signature(item: &Item) -> Vec<Signature> {
+    item.iter().map(|t| (t.name.clone(), t.datatype, t.shape.clone())).collect()
+}
+
+/// Stacks a group into a batch, calls predict, checks the answer and splits it per item.
+fn predict_batch(instance: &mut StageInstance, items: &[(usize, Item)]) -> Result<Vec<ItemOutcome>, CallFailure> {
+    let n = items.len();
+    let Some((_, first)) = items.first() else {
+        return Ok(Vec::new());
+    };
+    let mut batch = Vec::with_capacity(first.len());
+    for (position, _) in first.iter().enumerate() {
+        let stacked = Tensor::stack(items.iter().map(|(_, item)| &item[position]))
+            .map_err(|e| CallFailure::All(ItemError::trap(format!("cannot form a batch: {e}"))))?;
+        batch.push(stacked);
+    }
+    let prediction = match instance.predict(batch).map_err(CallFailure::Trapped)? {
+        Ok(prediction) => prediction,
+        Err(error) => return Err(CallFailure::All(error)),
+    };
+    split_prediction(prediction, n).map_err(|violation| {
+        CallFailure::Violation(format!("predict broke the plugin contract: {violation}"))
+    })
+}
+
+/// Splits batched outputs into per-item outputs, applying per-item failures.
+fn split_prediction(prediction: Prediction, n: usize) -> Result<Vec<ItemOutcome>, String> {
+    let mut per_item: Vec<ItemOutcome> = (0..n).map(|_| Ok(Vec::new())).collect();
+    for output in &prediction.outputs {
+        output.validate().map_err(|e| format!("output {e}"))?;
+        if output.shape.first().copied() != Some(n as u64) {
+            return Err(format!(
+                "output '{}' has shape {:?}, expected leading dimension {n} (the batch size)",
+                output.name, output.shape
+            ));
+        }
+    }
+    for output in prediction.outputs {
+        let rows = output.split_leading().map_err(|e| format!("output {e}"))?;
+        for (slot, row) in per_item.iter_mut().zip(rows) {
+            if let Ok(item) = slot {
+                item.push(row);
+            }
+        }
+    }
+    for (index, error) in prediction.failures {
+        let slot = per_item
+            .get_mut(index as usize)
+            .ok_or_else(|| format!("item failure index {index} is out of range for a batch of {n}"))?;
+        *slot = Err(error);
+    }
+    Ok(per_item)
+}
+
+/// Checks a final item against the declared outputs (names, datatypes, shapes).
+fn check_outputs(declared: &[TensorSpec], item: Item) -> Result<Item, String> {
+    if declared.is_empty() {
+        return Ok(item);
+    }
+    for spec in declared {
+        let Some(tensor) = item.iter().find(|t| t.name == spec.name) else {
+            return Err(format!("the pipeline broke its declared outputs: output '{}' is missing", spec.name));
+        };
+        if tensor.datatype != spec.datatype {
+            return Err(format!(
+                "the pipeline broke its declared outputs: output '{}' is {}, declared {}",
+                spec.name, tensor.datatype, spec.datatype
+            ));
+        }
+        if !spec.accepts_shape(&tensor.shape) {
+            return Err(format!(
+                "the pipeline broke its declared outputs: output '{}' has shape {:?}, declared {}",
+                spec.name,
+                tensor.shape,
+                spec.describe_shapes()
+            ));
+        }
+    }
+    if let Some(extra) = item.iter().find(|t| !declared.iter().any(|s| s.name == t.name)) {
+        return Err(format!("the pipeline broke its declared outputs: output '{}' is not declared", extra.name));
+    }
+    Ok(item)
+}

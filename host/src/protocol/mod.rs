@@ -1,0 +1,27 @@
+//! The Open Inference Protocol (KServe V2) REST wire format: request bodies in, response
+//! bodies out, metadata bodies. Pure data conversion — no HTTP types, no plugin runtime.
+//!
+//! - [`decode_request`]: JSON (or JSON + binary tensor data) → [`InferRequest`] of
+//!   validated [`Tensor`](crate::tensor::Tensor)s, or a [`ProtocolError`] worded for the
+//!   client (always HTTP 400).
+//! - [`encode_response`], [`encode_multi_status`], [`encode_error`]: response bodies.
+//! - [`ServerMetadata`], [`ModelMetadata`]: metadata bodies.
+//!
+//! Layout: `error` (the error type), `parse` (streaming JSON structure), `data` (JSON
+//! `data` → tensor bytes), `request` (validation, binary data), `tensor_json` (one output
+//! as JSON), `response` (response bodies), `metadata`.
+
+mod data;
+mod error;
+mod metadata;
+mod parse;
+mod request;
+mod response;
+mod tensor_json;
+
+pub use error::ProtocolError;
+pub use metadata::{ModelMetadata, ServerMetadata, TensorMetadata};
+pub use request::{decode_request, InferRequest, RequestedOutput};
+pub use response::{
+    encode_error, encode_multi_status, encode_response, EncodedResponse, ItemResult, OutputOptions,
+};

@@ -1,0 +1,39 @@
+//! Host bindings generated from the WIT contract in `wit/` at the repository root.
+//!
+//! The three worlds share the `types` and `log` interfaces; they are generated once (with
+//! the predictor) and reused by the other two, so a `Tensor` is the same Rust type in
+//! every stage and one `log` implementation serves all of them.
+
+#![allow(missing_docs, clippy::all)]
+
+pub mod predictor {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "predictor",
+    });
+}
+
+pub mod preprocessor {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "preprocessor",
+        with: {
+            "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
+            "tensorplug:plugin/log": crate::runtime::bindings::predictor::tensorplug::plugin::log,
+        },
+    });
+}
+
+pub mod postprocessor {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "postprocessor",
+        with: {
+            "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
+            "tensorplug:plugin/log": crate::runtime::bindings::predictor::tensorplug::plugin::log,
+        },
+    });
+}
+
+pub use predictor::tensorplug::plugin::log;
+pub use predictor::tensorplug::plugin::types;

@@ -1,0 +1,93 @@
+//! The wasmtime engine shared by every model, its linker, and the epoch ticker that
+//! enforces per-call time limits.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, WasmBacktraceDetails};
+
+use super::bindings::log;
+use super::store::StoreState;
+use super::RuntimeError;
+
+/// Wall time between two epoch increments: the resolution of every time limit.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// The engine, the linker every stage is instantiated through, and the ticker.
+///
+/// Cheap to clone; the ticker thread stops when the last clone is dropped.
+#[derive(Clone)]
+pub struct Runtime {
+    engine: Engine,
+    linker: Arc<Linker<StoreState>>,
+    _ticker: Arc<Ticker>,
+}
+
+impl Runtime {
+    /// Builds the engine (epoch interruption on, backtraces with function names but
+    /// without DWARF line lookup, which costs milliseconds per trap).
+    pub fn new() -> Result<Self, RuntimeError> {
+        let mut config = Config::new();
+        config
+            .epoch_interruption(true)
+            .wasm_backtrace_details(WasmBacktraceDetails::Disable)
+            .cranelift_opt_level(wasmtime::OptLevel::Speed);
+        let engine = Engine::new(&config).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+
+        let mut linker = Linker::<StoreState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| RuntimeError::Engine(format!("linking WASI: {e:#}")))?;
+        log::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
+            .map_err(|e| RuntimeError::Engine(format!("linking log: {e:#}")))?;
+
+        let ticker = Ticker::start(engine.clone())?;
+        Ok(Self {
+            engine,
+            linker: Arc::new(linker),
+            _ticker: Arc::new(ticker),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn linker(&self) -> &Linker<StoreState> {
+        &self.linker
+    }
+}
+
+/// Converts a time limit into epoch ticks (at least one).
+pub fn deadline_ticks(limit: Duration) -> u64 {
+    (limit.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64
+}
+
+struct Ticker {
+    stop: Arc<AtomicBool>,
+}
+
+impl Ticker {
+    fn start(engine: Engine) -> Result<Self, RuntimeError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        thread::Builder::new()
+            .name("tensorplug-epoch".into())
+            .spawn(move || {
+                while !stopped.load(Ordering::Relaxed) {
+                    thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })
+            .map_err(|e| RuntimeError::Engine(format!("cannot start the epoch ticker: {e}")))?;
+        Ok(Self { stop })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,31 @@
+//! The WebAssembly runtime: compiles plugins, builds sandboxed stores and calls stages.
+//!
+//! Knows nothing of HTTP, batching or models beyond the tags it logs with: the pipeline
+//! above it decides what to call with what.
+
+mod bindings;
+mod compile;
+mod convert;
+mod engine;
+mod output;
+mod stage;
+mod store;
+
+pub use engine::{deadline_ticks, Runtime, EPOCH_TICK};
+pub use stage::{Prediction, StageInstance, StageKind, StageTemplate, Trapped};
+pub use store::{SandboxLimits, StageTag, MODEL_DIR_GUEST_PATH};
+
+use std::path::PathBuf;
+
+/// Why a runtime could not be built, or a stage could not be loaded or instantiated.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("wasm engine: {0}")]
+    Engine(String),
+    #[error("sandbox: {0}")]
+    Sandbox(String),
+    #[error("{}: {reason}", file.display())]
+    Load { file: PathBuf, reason: String },
+    #[error("{}: {reason}", file.display())]
+    Init { file: PathBuf, reason: String },
+}

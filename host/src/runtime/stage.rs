@@ -1,0 +1,276 @@
+//! Stages: a compiled plugin ready to instantiate ([`StageTemplate`]), and a live,
+//! initialised instance of it ([`StageInstance`]) that calls the plugin.
+//!
+//! A call that traps (or runs past its deadline) poisons the instance's store: wasmtime
+//! refuses to enter it again. [`StageInstance`] therefore reports a [`Trapped`] and its
+//! owner replaces it with a fresh instance from the template; nothing ever re-enters a
+//! trapped store.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use wasmtime::{Store, Trap, WasmBacktrace};
+
+use super::bindings::postprocessor::{Postprocessor, PostprocessorPre};
+use super::bindings::predictor::{Predictor, PredictorPre};
+use super::bindings::preprocessor::{Preprocessor, PreprocessorPre};
+use super::bindings::types as wit;
+use super::convert::{from_wit, from_wit_error, to_wit};
+use super::store::{new_store, SandboxLimits, StageTag, StoreState};
+use super::{Runtime, RuntimeError};
+use crate::outcome::ItemError;
+use crate::tensor::{Item, Tensor};
+
+/// The three kinds of stage, one per WIT world.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StageKind {
+    Preprocess,
+    Predict,
+    Postprocess,
+}
+
+impl StageKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            StageKind::Preprocess => "preprocess",
+            StageKind::Predict => "predict",
+            StageKind::Postprocess => "postprocess",
+        }
+    }
+
+    fn world(self) -> &'static str {
+        match self {
+            StageKind::Preprocess => "preprocessor",
+            StageKind::Predict => "predictor",
+            StageKind::Postprocess => "postprocessor",
+        }
+    }
+}
+
+/// What predict answered for a batch of N items.
+#[derive(Debug)]
+pub struct Prediction {
+    /// Batched outputs, leading dimension N (checked by the pipeline, not here).
+    pub outputs: Vec<Tensor>,
+    /// Items the plugin failed, by batch index (range-checked by the pipeline).
+    pub failures: Vec<(u32, ItemError)>,
+}
+
+/// A call trapped or hit its deadline; the instance that made it is gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trapped {
+    /// The trap, the guest's output (a Rust panic's message lands there) and the wasm
+    /// backtrace's function names.
+    pub message: String,
+    /// The call was interrupted by its time limit rather than failing on its own.
+    pub deadline: bool,
+}
+
+impl Trapped {
+    /// The outcome an item gets for being in a call that trapped alone.
+    pub fn item_error(&self) -> ItemError {
+        if self.deadline {
+            ItemError::deadline(self.message.clone())
+        } else {
+            ItemError::trap(self.message.clone())
+        }
+    }
+}
+
+enum Pre {
+    Preprocess(PreprocessorPre<StoreState>),
+    Predict(PredictorPre<StoreState>),
+    Postprocess(PostprocessorPre<StoreState>),
+}
+
+enum Exports {
+    Preprocess(Preprocessor),
+    Predict(Predictor),
+    Postprocess(Postprocessor),
+}
+
+/// A compiled, linked stage from which instances are made in microseconds.
+pub struct StageTemplate {
+    kind: StageKind,
+    file: PathBuf,
+    pre: Pre,
+    runtime: Runtime,
+    model_dir: PathBuf,
+    tag: StageTag,
+    limits: SandboxLimits,
+    parameters: Vec<wit::Parameter>,
+}
+
+impl StageTemplate {
+    /// Compiles `file` and checks it implements `kind`'s world.
+    pub fn load(
+        runtime: &Runtime,
+        kind: StageKind,
+        file: &Path,
+        model_dir: &Path,
+        tag: StageTag,
+        limits: SandboxLimits,
+        parameters: &[(String, String)],
+    ) -> Result<Arc<Self>, RuntimeError> {
+        let load_error = |reason: String| RuntimeError::Load {
+            file: file.to_path_buf(),
+            reason,
+        };
+        let bytes = std::fs::read(file).map_err(|e| load_error(format!("cannot read: {e}")))?;
+        let component = super::compile::compile(runtime, &bytes).map_err(load_error)?;
+        let instance_pre = runtime.linker().instantiate_pre(&component).map_err(|e| {
+            load_error(format!("cannot link (imports something the sandbox does not offer?): {e:#}"))
+        })?;
+        let wrong_world =
+            |e: wasmtime::Error| load_error(format!("does not implement the `{}` world: {e:#}", kind.world()));
+        let pre = match kind {
+            StageKind::Preprocess => Pre::Preprocess(PreprocessorPre::new(instance_pre).map_err(wrong_world)?),
+            StageKind::Predict => Pre::Predict(PredictorPre::new(instance_pre).map_err(wrong_world)?),
+            StageKind::Postprocess => Pre::Postprocess(PostprocessorPre::new(instance_pre).map_err(wrong_world)?),
+        };
+        let parameters = parameters
+            .iter()
+            .map(|(name, value)| wit::Parameter {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect();
+        Ok(Arc::new(Self {
+            kind,
+            file: file.to_path_buf(),
+            pre,
+            runtime: runtime.clone(),
+            model_dir: model_dir.to_path_buf(),
+            tag,
+            limits,
+            parameters,
+        }))
+    }
+
+    pub fn kind(&self) -> StageKind {
+        self.kind
+    }
+
+    /// A fresh instance, initialised with the model's parameters.
+    pub fn instantiate(self: &Arc<Self>) -> Result<StageInstance, RuntimeError> {
+        let mut store = new_store(self.runtime.engine(), &self.model_dir, self.tag.clone(), self.limits)?;
+        let init_error = |reason: String| RuntimeError::Init {
+            file: self.file.clone(),
+            reason,
+        };
+        let exports = match &self.pre {
+            Pre::Preprocess(pre) => Exports::Preprocess(pre.instantiate(&mut store).map_err(|e| init_error(format!("{e:#}")))?),
+            Pre::Predict(pre) => Exports::Predict(pre.instantiate(&mut store).map_err(|e| init_error(format!("{e:#}")))?),
+            Pre::Postprocess(pre) => Exports::Postprocess(pre.instantiate(&mut store).map_err(|e| init_error(format!("{e:#}")))?),
+        };
+        let mut instance = StageInstance {
+            template: self.clone(),
+            store,
+            exports,
+        };
+        let params = &self.parameters;
+        let answer = instance.call(|exports, store| match exports {
+            Exports::Preprocess(e) => e.call_init(store, params),
+            Exports::Predict(e) => e.call_init(store, params),
+            Exports::Postprocess(e) => e.call_init(store, params),
+        });
+        match answer {
+            Ok(Ok(())) => Ok(instance),
+            Ok(Err(message)) => Err(init_error(format!("init failed: {message}"))),
+            Err(trapped) => Err(init_error(format!("init trapped: {}", trapped.message))),
+        }
+    }
+}
+
+/// A live, initialised instance of one stage.
+pub struct StageInstance {
+    template: Arc<StageTemplate>,
+    store: Store<StoreState>,
+    exports: Exports,
+}
+
+impl StageInstance {
+    pub fn template(&self) -> &Arc<StageTemplate> {
+        &self.template
+    }
+
+    /// Runs preprocess or postprocess (whichever this stage is) on `items`.
+    ///
+    /// The answer is not checked here: the pipeline owns contract checks.
+    pub fn map_items(&mut self, items: Vec<Item>) -> Result<Vec<Result<Item, ItemError>>, Trapped> {
+        let items: Vec<Vec<wit::Tensor>> = items.into_iter().map(|item| item.into_iter().map(to_wit).collect()).collect();
+        let answer = self.call(|exports, store| match exports {
+            Exports::Preprocess(e) => e.call_preprocess(store, &items),
+            Exports::Postprocess(e) => e.call_postprocess(store, &items),
+            Exports::Predict(_) => Err(wasmtime::Error::msg("map_items called on a predict stage")),
+        })?;
+        Ok(answer
+            .into_iter()
+            .map(|result| {
+                result
+                    .map(|item| item.into_iter().map(from_wit).collect())
+                    .map_err(from_wit_error)
+            })
+            .collect())
+    }
+
+    /// Runs predict on a batch; `Ok(Err(_))` is the plugin failing the whole batch.
+    pub fn predict(&mut self, batch: Vec<Tensor>) -> Result<Result<Prediction, ItemError>, Trapped> {
+        let batch: Vec<wit::Tensor> = batch.into_iter().map(to_wit).collect();
+        let answer = self.call(|exports, store| match exports {
+            Exports::Predict(e) => e.call_predict(store, &batch),
+            _ => Err(wasmtime::Error::msg("predict called on a non-predict stage")),
+        })?;
+        Ok(answer.map(|p| Prediction {
+            outputs: p.outputs.into_iter().map(from_wit).collect(),
+            failures: p
+                .failures
+                .into_iter()
+                .map(|f| (f.index, from_wit_error(f.error)))
+                .collect(),
+        }).map_err(from_wit_error))
+    }
+
+    /// Arms the deadline, makes one call, and forwards the guest's output to the log.
+    fn call<R>(
+        &mut self,
+        f: impl FnOnce(&Exports, &mut Store<StoreState>) -> wasmtime::Result<R>,
+    ) -> Result<R, Trapped> {
+        self.store.set_epoch_deadline(self.template.limits.deadline_ticks);
+        let result = f(&self.exports, &mut self.store);
+        let output = self.store.data().take_output();
+        let tag = self.store.data().tag();
+        if !output.is_empty() {
+            tracing::info!(model = &*tag.model, version = &*tag.version, stage = tag.stage, "plugin output: {}", output.trim_end());
+        }
+        result.map_err(|error| describe_trap(self.template.kind, &self.template.limits, &error, &output))
+    }
+}
+
+/// Turns a wasmtime error into the message an item's client reads.
+fn describe_trap(kind: StageKind, limits: &SandboxLimits, error: &wasmtime::Error, output: &str) -> Trapped {
+    let trap = error.downcast_ref::<Trap>().copied();
+    let deadline = trap == Some(Trap::Interrupt);
+    let mut message = if deadline {
+        format!(
+            "{} exceeded its time limit of {} ms",
+            kind.name(),
+            limits.deadline_ticks * super::EPOCH_TICK.as_millis() as u64
+        )
+    } else {
+        format!("{} trapped: {}", kind.name(), error.root_cause())
+    };
+    let output = output.trim();
+    if !output.is_empty() {
+        message.push_str("; plugin output: ");
+        message.push_str(output);
+    }
+    if let Some(backtrace) = error.downcast_ref::<WasmBacktrace>() {
+        let names: Vec<&str> = backtrace.frames().iter().filter_map(|f| f.func_name()).take(12).collect();
+        if !names.is_empty() {
+            message.push_str("; wasm backtrace: ");
+            message.push_str(&names.join(" <- "));
+        }
+    }
+    Trapped { message, deadline }
+}

@@ -1,0 +1,64 @@
+//! The instance pool: one thread per pipeline instance, all fed from one job channel.
+//!
+//! Plugins run on these dedicated threads, never on the async runtime: wasmtime's sync
+//! WASI calls block, and a long plugin call must not stall the HTTP edge.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
+
+use super::stats::ModelStats;
+use crate::outcome::ItemOutcome;
+use crate::pipeline::PipelineInstance;
+use crate::tensor::Item;
+
+/// A batch for one instance.
+pub struct Job {
+    pub items: Vec<(Item, oneshot::Sender<ItemOutcome>)>,
+    /// Returned (dropped) when the instance is done, which lets the batcher dispatch again.
+    pub instance: OwnedSemaphorePermit,
+}
+
+/// Starts one thread per instance; they exit when the job channel closes and is drained.
+pub fn spawn_workers(
+    model: &str,
+    instances: Vec<PipelineInstance>,
+    jobs: crossbeam_channel::Receiver<Job>,
+    stats: Arc<ModelStats>,
+) -> std::io::Result<Vec<JoinHandle<()>>> {
+    instances
+        .into_iter()
+        .enumerate()
+        .map(|(n, instance)| {
+            let jobs = jobs.clone();
+            let stats = stats.clone();
+            std::thread::Builder::new()
+                .name(format!("{model}#{n}"))
+                .spawn(move || work(instance, jobs, stats))
+        })
+        .collect()
+}
+
+fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, stats: Arc<ModelStats>) {
+    while let Ok(Job { items, instance }) = jobs.recv() {
+        // A client may have gone while the batch waited for this thread.
+        let (items, replies): (Vec<Item>, Vec<_>) = items.into_iter().filter(|(_, reply)| !reply.is_closed()).unzip();
+        if items.is_empty() {
+            continue;
+        }
+        stats.batches.fetch_add(1, Ordering::Relaxed);
+        stats.items.fetch_add(items.len() as u64, Ordering::Relaxed);
+        let traps_before = pipeline.traps();
+        let outcomes = pipeline.run(items);
+        stats.traps.fetch_add(pipeline.traps() - traps_before, Ordering::Relaxed);
+        for (reply, outcome) in replies.into_iter().zip(outcomes) {
+            let counter = if outcome.is_ok() { &stats.items_ok } else { &stats.items_failed };
+            counter.fetch_add(1, Ordering::Relaxed);
+            // The client may have gone meanwhile; its answer has nowhere to go.
+            let _ = reply.send(outcome);
+        }
+        drop(instance);
+    }
+}

@@ -1,0 +1,13 @@
+//! Serving: loaded models, their batchers and instance pools, and the repository that
+//! maps names to live versions.
+
+mod batcher;
+mod instances;
+mod model;
+mod repository;
+mod stats;
+
+pub use batcher::SubmitError;
+pub use model::{LoadError, Model};
+pub use repository::{ModelState, Repository};
+pub use stats::{ModelStats, StatsSnapshot};

@@ -1,0 +1,148 @@
+//! What every end-to-end test needs: a real server on 127.0.0.1:0 serving a real model
+//! repository of plugins built from this repository, and an HTTP client.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use tensorplug::config::ServeConfig;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
+}
+
+/// Fails with instructions when a plugin has not been built.
+pub fn require_plugins(repository: &Path) {
+    for entry in std::fs::read_dir(repository).expect("repository folder") {
+        let dir = entry.expect("entry").path();
+        let Ok(text) = std::fs::read_to_string(dir.join("model.toml")) else { continue };
+        for line in text.lines().filter(|l| l.contains(".wasm\"")) {
+            let file = line.split('"').nth(1).expect("quoted file name");
+            assert!(
+                dir.join(file).is_file(),
+                "{} is missing: build the plugins first with ./scripts/build-plugins.sh (./scripts/test.sh does it)",
+                dir.join(file).display()
+            );
+        }
+    }
+}
+
+/// A server running in this process, stopped (and drained) on drop or by [`stop`].
+pub struct TestServer {
+    pub address: SocketAddr,
+    pub client: reqwest::Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestServer {
+    /// Serves `repository` with default settings.
+    pub async fn start(repository: &Path) -> Self {
+        Self::start_with(ServeConfig::for_repository(repository)).await
+    }
+
+    pub async fn start_with(config: ServeConfig) -> Self {
+        require_plugins(&config.repository);
+        tensorplug::telemetry::init("warn");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        let address = listener.local_addr().expect("local address");
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(tensorplug::server::run(config, listener, async move {
+            let _ = rx.await;
+        }));
+        let server = Self {
+            address,
+            client: reqwest::Client::new(),
+            shutdown: Some(tx),
+            task: Some(task),
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    async fn wait_ready(&self) {
+        for _ in 0..600 {
+            if let Ok(r) = self.client.get(self.url("/v2/health/live")).send().await {
+                if r.status().is_success() {
+                    return;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("server at {} did not come up", self.address);
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.address, path)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.client.get(self.url(path)).send().await.expect("GET");
+        let status = r.status().as_u16();
+        let text = r.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.post_raw(path, serde_json::to_vec(body).expect("json"), None).await
+    }
+
+    pub async fn post_raw(&self, path: &str, body: Vec<u8>, json_header_len: Option<usize>) -> (u16, Value) {
+        let mut request = self.client.post(self.url(path)).body(body);
+        if let Some(len) = json_header_len {
+            request = request.header("Inference-Header-Content-Length", len);
+        }
+        let r = request.send().await.expect("POST");
+        let status = r.status().as_u16();
+        let text = r.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    /// Stops the server and waits until it has drained.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("server task").expect("server result");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A one-tensor V2 request.
+pub fn request(input: &str, datatype: &str, shape: &[u64], data: Value) -> Value {
+    serde_json::json!({"inputs": [{"name": input, "datatype": datatype, "shape": shape, "data": data}]})
+}
+
+/// The f32 values of an output tensor of a JSON response.
+pub fn output_f32(response: &Value, name: &str) -> Vec<f32> {
+    output(response, name)["data"]
+        .as_array()
+        .expect("data array")
+        .iter()
+        .map(|v| v.as_f64().expect("number") as f32)
+        .collect()
+}
+
+pub fn output<'a>(response: &'a Value, name: &str) -> &'a Value {
+    response["outputs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no outputs in {response}"))
+        .iter()
+        .find(|o| o["name"] == name)
+        .unwrap_or_else(|| panic!("no output {name} in {response}"))
+}
