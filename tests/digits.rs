@@ -16,7 +16,8 @@ struct Case {
 
 fn cases() -> Vec<Case> {
     let dir = common::root().join("tests/data/digits");
-    let requests = std::fs::read_to_string(dir.join("test_requests.jsonl")).expect("test_requests.jsonl");
+    let requests =
+        std::fs::read_to_string(dir.join("test_requests.jsonl")).expect("test_requests.jsonl");
     let oracle = std::fs::read_to_string(dir.join("test_oracle.jsonl")).expect("test_oracle.jsonl");
     requests
         .lines()
@@ -25,7 +26,13 @@ fn cases() -> Vec<Case> {
             let r: Value = serde_json::from_str(r).expect("request line");
             let o: Value = serde_json::from_str(o).expect("oracle line");
             assert_eq!(r["id"], o["id"]);
-            let floats = |v: &Value| v.as_array().expect("array").iter().map(|x| x.as_f64().expect("f") as f32).collect();
+            let floats = |v: &Value| {
+                v.as_array()
+                    .expect("array")
+                    .iter()
+                    .map(|x| x.as_f64().expect("f") as f32)
+                    .collect()
+            };
             Case {
                 pixels: floats(&r["inputs"][0]["data"]),
                 predict: o["predict"].as_i64().expect("predict"),
@@ -39,7 +46,10 @@ fn assert_matches(case: &Case, label: i64, proba: &[f32], context: &str) {
     assert_eq!(label, case.predict, "{context}: label");
     assert_eq!(proba.len(), 10, "{context}: probabilities");
     for (got, want) in proba.iter().zip(&case.proba) {
-        assert!((got - want).abs() <= 1e-5, "{context}: probability {got} vs {want}");
+        assert!(
+            (got - want).abs() <= 1e-5,
+            "{context}: probability {got} vs {want}"
+        );
     }
 }
 
@@ -50,7 +60,9 @@ fn repository() -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_450_json_requests_match_the_oracle() {
     let server = TestServer::start(&repository()).await;
-    let requests = std::fs::read_to_string(common::root().join("tests/data/digits/test_requests.jsonl")).unwrap();
+    let requests =
+        std::fs::read_to_string(common::root().join("tests/data/digits/test_requests.jsonl"))
+            .unwrap();
     for (line, case) in requests.lines().zip(cases()) {
         let (status, body) = server.post_raw(INFER, line.as_bytes().to_vec(), None).await;
         assert_eq!(status, 200, "{body}");
@@ -84,7 +96,9 @@ fn binary_outputs(header: &Value, tail: &[u8]) -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .iter()
         .map(|o| {
-            let size = o["parameters"]["binary_data_size"].as_u64().expect("binary_data_size") as usize;
+            let size = o["parameters"]["binary_data_size"]
+                .as_u64()
+                .expect("binary_data_size") as usize;
             let bytes = tail[at..at + size].to_vec();
             at += size;
             (o["name"].as_str().unwrap().to_string(), bytes)
@@ -106,11 +120,19 @@ async fn all_450_binary_requests_match_the_oracle() {
             .await
             .unwrap();
         assert_eq!(response.status(), 200);
-        let header_len: usize = response.headers()["inference-header-content-length"].to_str().unwrap().parse().unwrap();
+        let header_len: usize = response.headers()["inference-header-content-length"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
         let bytes = response.bytes().await.unwrap();
         let header: Value = serde_json::from_slice(&bytes[..header_len]).unwrap();
         let outputs = binary_outputs(&header, &bytes[header_len..]);
-        let proba: Vec<f32> = outputs[0].1.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        let proba: Vec<f32> = outputs[0]
+            .1
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
         let label = i64::from_le_bytes(outputs[1].1[..8].try_into().unwrap());
         assert_eq!(outputs[0].0, "probabilities");
         assert_matches(case, label, &proba, &format!("binary request {i}"));
@@ -125,13 +147,23 @@ async fn multi_item_requests_in_both_shapes() {
     for chunk in cases.chunks(8).take(10) {
         let pixels: Vec<f32> = chunk.iter().flat_map(|c| c.pixels.clone()).collect();
         for shape in [vec![chunk.len() as u64, 64], vec![chunk.len() as u64, 8, 8]] {
-            let (status, body) = server.post_json(INFER, &request("input-0", "FP32", &shape, json!(pixels))).await;
+            let (status, body) = server
+                .post_json(INFER, &request("input-0", "FP32", &shape, json!(pixels)))
+                .await;
             assert_eq!(status, 200, "{body}");
             let labels = output(&body, "label")["data"].as_array().unwrap().clone();
             let proba = output_f32(&body, "probabilities");
-            assert_eq!(output(&body, "probabilities")["shape"], json!([chunk.len(), 10]));
+            assert_eq!(
+                output(&body, "probabilities")["shape"],
+                json!([chunk.len(), 10])
+            );
             for (i, case) in chunk.iter().enumerate() {
-                assert_matches(case, labels[i].as_i64().unwrap(), &proba[i * 10..(i + 1) * 10], &format!("{shape:?} item {i}"));
+                assert_matches(
+                    case,
+                    labels[i].as_i64().unwrap(),
+                    &proba[i * 10..(i + 1) * 10],
+                    &format!("{shape:?} item {i}"),
+                );
             }
         }
     }
@@ -149,7 +181,9 @@ async fn one_invalid_item_fails_alone() {
     let cases = cases();
     let mut pixels: Vec<f32> = cases[..4].iter().flat_map(|c| c.pixels.clone()).collect();
     pixels[2 * 64 + 5] = 99.0;
-    let (status, body) = server.post_json(INFER, &request("input-0", "FP32", &[4, 64], json!(pixels))).await;
+    let (status, body) = server
+        .post_json(INFER, &request("input-0", "FP32", &[4, 64], json!(pixels)))
+        .await;
     assert_eq!(status, 207, "{body}");
     let results = body["results"].as_array().unwrap();
     assert_eq!(results.len(), 4);
@@ -158,19 +192,33 @@ async fn one_invalid_item_fails_alone() {
         if i == 2 {
             assert_eq!(result["status"], 400, "{result}");
             let error = result["error"].as_str().unwrap();
-            assert!(error.contains("input-0[5]") && error.contains("99"), "{error}");
+            assert!(
+                error.contains("input-0[5]") && error.contains("99"),
+                "{error}"
+            );
         } else {
             assert_eq!(result["status"], 200, "{result}");
             let label = output(result, "label")["data"][0].as_i64().unwrap();
             assert_eq!(output(result, "label")["shape"], json!([1, 1]));
-            assert_matches(&cases[i], label, &output_f32(result, "probabilities"), "neighbour");
+            assert_matches(
+                &cases[i],
+                label,
+                &output_f32(result, "probabilities"),
+                "neighbour",
+            );
         }
     }
     let (status, body) = server
-        .post_json(INFER, &request("input-0", "FP32", &[1, 64], json!(pixels[2 * 64..3 * 64])))
+        .post_json(
+            INFER,
+            &request("input-0", "FP32", &[1, 64], json!(pixels[2 * 64..3 * 64])),
+        )
         .await;
     assert_eq!(status, 400, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("pixel value 99"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("pixel value 99"),
+        "{body}"
+    );
     server.stop().await;
 }
 
@@ -182,28 +230,52 @@ async fn health_and_metadata() {
     let (status, meta) = server.get("/v2").await;
     assert_eq!(status, 200);
     assert_eq!(meta["name"], "tensorplug");
-    assert!(meta["extensions"].as_array().unwrap().contains(&json!("binary_tensor_data")));
+    assert!(meta["extensions"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("binary_tensor_data")));
 
     let (status, model) = server.get("/v2/models/digits").await;
     assert_eq!(status, 200);
     assert_eq!(model["name"], "digits");
     assert_eq!(model["versions"], json!(["1"]));
     assert_eq!(model["platform"], "tensorplug_wasm");
-    assert_eq!(model["inputs"], json!([{"name": "input-0", "datatype": "FP32", "shape": [-1, 64]}]));
-    assert_eq!(model["outputs"][0], json!({"name": "probabilities", "datatype": "FP32", "shape": [-1, 10]}));
+    assert_eq!(
+        model["inputs"],
+        json!([{"name": "input-0", "datatype": "FP32", "shape": [-1, 64]}])
+    );
+    assert_eq!(
+        model["outputs"][0],
+        json!({"name": "probabilities", "datatype": "FP32", "shape": [-1, 10]})
+    );
     assert_eq!(server.get("/v2/models/digits/versions/1").await.0, 200);
     assert_eq!(server.get("/v2/models/digits/ready").await.0, 200);
-    assert_eq!(server.get("/v2/models/digits/versions/1/ready").await.0, 200);
+    assert_eq!(
+        server.get("/v2/models/digits/versions/1/ready").await.0,
+        200
+    );
 
     let (status, body) = server.get("/v2/models/nope").await;
     assert_eq!(status, 404);
     assert!(body["error"].as_str().unwrap().contains("nope"));
     assert_eq!(server.get("/v2/models/digits/versions/7").await.0, 404);
-    assert_eq!(server.get("/v2/models/digits/versions/7/ready").await.0, 404);
-    assert_eq!(server.post_json("/v2/models/nope/infer", &json!({})).await.0, 404);
+    assert_eq!(
+        server.get("/v2/models/digits/versions/7/ready").await.0,
+        404
+    );
+    assert_eq!(
+        server
+            .post_json("/v2/models/nope/infer", &json!({}))
+            .await
+            .0,
+        404
+    );
     let pixels = vec![0.0f32; 64];
     let (status, _) = server
-        .post_json("/v2/models/digits/versions/2/infer", &request("input-0", "FP32", &[1, 64], json!(pixels)))
+        .post_json(
+            "/v2/models/digits/versions/2/infer",
+            &request("input-0", "FP32", &[1, 64], json!(pixels)),
+        )
         .await;
     assert_eq!(status, 404);
     server.stop().await;
@@ -215,18 +287,47 @@ async fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
     let pixels = json!(vec![1.0f32; 64]);
     let bad: Vec<(Vec<u8>, &str)> = vec![
         (b"{not json".to_vec(), "JSON"),
-        (serde_json::to_vec(&request("input-1", "FP32", &[1, 64], pixels.clone())).unwrap(), "input-1"),
-        (serde_json::to_vec(&request("input-0", "INT32", &[1, 64], json!(vec![1; 64]))).unwrap(), "INT32"),
-        (serde_json::to_vec(&request("input-0", "FP32", &[1, 63], pixels.clone())).unwrap(), "63"),
-        (serde_json::to_vec(&request("input-0", "FP32", &[1, 8, 7], json!(vec![1.0; 56]))).unwrap(), "[1, 8, 7]"),
-        (serde_json::to_vec(&request("input-0", "FP33", &[1, 64], pixels.clone())).unwrap(), "FP33"),
-        (serde_json::to_vec(&json!({"inputs": []})).unwrap(), "input-0"),
+        (
+            serde_json::to_vec(&request("input-1", "FP32", &[1, 64], pixels.clone())).unwrap(),
+            "input-1",
+        ),
+        (
+            serde_json::to_vec(&request("input-0", "INT32", &[1, 64], json!(vec![1; 64]))).unwrap(),
+            "INT32",
+        ),
+        (
+            serde_json::to_vec(&request("input-0", "FP32", &[1, 63], pixels.clone())).unwrap(),
+            "63",
+        ),
+        (
+            serde_json::to_vec(&request(
+                "input-0",
+                "FP32",
+                &[1, 8, 7],
+                json!(vec![1.0; 56]),
+            ))
+            .unwrap(),
+            "[1, 8, 7]",
+        ),
+        (
+            serde_json::to_vec(&request("input-0", "FP33", &[1, 64], pixels.clone())).unwrap(),
+            "FP33",
+        ),
+        (
+            serde_json::to_vec(&json!({"inputs": []})).unwrap(),
+            "input-0",
+        ),
     ];
     for (body, needle) in bad {
         let (status, answer) = server.post_raw(INFER, body, None).await;
         assert_eq!(status, 400, "{answer}");
-        let message = answer["error"].as_str().unwrap_or_else(|| panic!("no error in {answer}"));
-        assert!(message.contains(needle), "{message:?} should mention {needle:?}");
+        let message = answer["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error in {answer}"));
+        assert!(
+            message.contains(needle),
+            "{message:?} should mention {needle:?}"
+        );
     }
     // Oversized body: 65 MiB against the 64 MiB default.
     let huge = vec![b' '; 65 * 1024 * 1024];
@@ -236,7 +337,9 @@ async fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
     let (status, _) = server.post_raw(INFER, b"{}".to_vec(), Some(10)).await;
     assert_eq!(status, 400);
 
-    let (status, body) = server.post_json(INFER, &request("input-0", "FP32", &[1, 64], pixels)).await;
+    let (status, body) = server
+        .post_json(INFER, &request("input-0", "FP32", &[1, 64], pixels))
+        .await;
     assert_eq!(status, 200, "{body}");
     server.stop().await;
 }

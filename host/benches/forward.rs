@@ -1,1 +1,104 @@
-fn main(){}
+//! The digits forward pass: native Rust against the wasm `predict` call through the host
+//! (lowering the batch into the sandbox, the plugin's simd128 forward pass, lifting the
+//! outputs back), for batch sizes 1, 8 and 32.
+//!
+//! Build the plugins first (`./scripts/build-plugins.sh`), then `cargo bench --bench forward`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use digits_model::{forward, Weights, CLASSES, INPUTS};
+use tensorplug::runtime::{
+    deadline_ticks, Runtime, SandboxLimits, StageKind, StageTag, StageTemplate,
+};
+use tensorplug::tensor::{DataType, Tensor};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The first `n` test images, flattened.
+fn images(n: usize) -> Vec<f32> {
+    let text = std::fs::read_to_string(root().join("tests/data/digits/test_requests.jsonl"))
+        .expect("test requests");
+    text.lines()
+        .take(n)
+        .flat_map(|line| {
+            let request: serde_json::Value = serde_json::from_str(line).expect("json line");
+            request["inputs"][0]["data"]
+                .as_array()
+                .expect("data")
+                .iter()
+                .map(|v| v.as_f64().expect("number") as f32)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn forward_pass(c: &mut Criterion) {
+    let model_dir = root().join("examples/models/digits");
+    let weights = Weights::from_dir(&model_dir).expect("weights");
+    let runtime = Runtime::new().expect("runtime");
+    let tag = StageTag {
+        model: "digits".into(),
+        version: "1".into(),
+        stage: "predict",
+    };
+    let limits = SandboxLimits {
+        memory_bytes: 64 << 20,
+        deadline_ticks: deadline_ticks(Duration::from_secs(10)),
+    };
+    let template: Arc<StageTemplate> = StageTemplate::load(
+        &runtime,
+        StageKind::Predict,
+        &model_dir.join("predict.wasm"),
+        &model_dir,
+        tag,
+        limits,
+        &[],
+    )
+    .expect("predict.wasm (run ./scripts/build-plugins.sh)");
+    let mut instance = template.instantiate().expect("instance");
+
+    let mut group = c.benchmark_group("digits_forward");
+    for n in [1usize, 8, 32] {
+        let x = images(n);
+        assert_eq!(x.len(), n * INPUTS);
+        group.throughput(Throughput::Elements(n as u64));
+        let mut proba = vec![0.0f32; n * CLASSES];
+        let mut labels = vec![0i64; n];
+        group.bench_with_input(BenchmarkId::new("native", n), &n, |b, &n| {
+            b.iter(|| {
+                forward(
+                    &weights,
+                    std::hint::black_box(&x),
+                    n,
+                    &mut proba,
+                    &mut labels,
+                )
+            })
+        });
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        group.bench_with_input(BenchmarkId::new("wasm", n), &n, |b, &n| {
+            b.iter(|| {
+                let batch = vec![Tensor {
+                    name: "input-0".into(),
+                    datatype: DataType::Fp32,
+                    shape: vec![n as u64, INPUTS as u64],
+                    data: bytes.clone(),
+                }];
+                let prediction = instance
+                    .predict(batch)
+                    .expect("no trap")
+                    .expect("no batch error");
+                std::hint::black_box(prediction);
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, forward_pass);
+criterion_main!(benches);

@@ -18,7 +18,11 @@ pub enum ServeError {
     #[error("unknown model '{0}'")]
     ModelNotFound(String),
     #[error("model '{model}' has no version '{version}' (live version: {live})")]
-    VersionNotFound { model: String, version: String, live: String },
+    VersionNotFound {
+        model: String,
+        version: String,
+        live: String,
+    },
     #[error("model '{0}' is not ready")]
     ModelNotReady(String),
     #[error("request body is larger than the limit of {limit} bytes")]
@@ -34,7 +38,9 @@ impl ServeError {
     pub fn http_status(&self) -> StatusCode {
         match self {
             ServeError::Protocol(_) | ServeError::InvalidInput(_) => StatusCode::BAD_REQUEST,
-            ServeError::ModelNotFound(_) | ServeError::VersionNotFound { .. } => StatusCode::NOT_FOUND,
+            ServeError::ModelNotFound(_) | ServeError::VersionNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
             ServeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ServeError::ModelNotReady(_) | ServeError::Queue(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -44,7 +50,9 @@ impl ServeError {
     /// Seconds a client should wait before retrying, for overload answers.
     pub fn retry_after(&self) -> Option<u32> {
         match self {
-            ServeError::Queue(SubmitError::QueueFull { .. }) | ServeError::ModelNotReady(_) => Some(1),
+            ServeError::Queue(SubmitError::QueueFull { .. }) | ServeError::ModelNotReady(_) => {
+                Some(1)
+            }
             _ => None,
         }
     }

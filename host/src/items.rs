@@ -11,7 +11,10 @@ use crate::outcome::{ItemError, ItemOutcome};
 use crate::tensor::{Item, Tensor};
 
 /// Checks `inputs` against the model's declared inputs and splits them into items.
-pub fn split_request(config: &ModelConfig, mut inputs: Vec<Tensor>) -> Result<Vec<Item>, ServeError> {
+pub fn split_request(
+    config: &ModelConfig,
+    mut inputs: Vec<Tensor>,
+) -> Result<Vec<Item>, ServeError> {
     let invalid = ServeError::InvalidInput;
     for tensor in &inputs {
         let Some(spec) = config.inputs.iter().find(|s| s.name == tensor.name) else {
@@ -30,7 +33,11 @@ pub fn split_request(config: &ModelConfig, mut inputs: Vec<Tensor>) -> Result<Ve
             )));
         }
     }
-    if let Some(missing) = config.inputs.iter().find(|s| !inputs.iter().any(|t| t.name == s.name)) {
+    if let Some(missing) = config
+        .inputs
+        .iter()
+        .find(|s| !inputs.iter().any(|t| t.name == s.name))
+    {
         return Err(invalid(format!("missing input '{}'", missing.name)));
     }
     // Plugins see inputs in declared order, whatever order the client used.
@@ -81,7 +88,9 @@ pub fn split_request(config: &ModelConfig, mut inputs: Vec<Tensor>) -> Result<Ve
     }
     let n = batch_size.unwrap_or(0);
     if n == 0 {
-        return Err(invalid("the batch dimension is 0: a request needs at least one item".into()));
+        return Err(invalid(
+            "the batch dimension is 0: a request needs at least one item".into(),
+        ));
     }
 
     let mut items: Vec<Item> = (0..n).map(|_| Vec::with_capacity(inputs.len())).collect();
@@ -128,14 +137,23 @@ pub fn assemble(config: &ModelConfig, mut outcomes: Vec<ItemOutcome>) -> Answer 
     };
     let mut stacked = Vec::with_capacity(first.len());
     for output in first {
-        let parts: Option<Vec<&Tensor>> =
-            items.iter().map(|item| item.iter().find(|t| t.name == output.name)).collect();
+        let parts: Option<Vec<&Tensor>> = items
+            .iter()
+            .map(|item| item.iter().find(|t| t.name == output.name))
+            .collect();
         let Some(parts) = parts else {
-            return Answer::Failure(ItemError::trap(format!("output '{}' is missing from some items", output.name)));
+            return Answer::Failure(ItemError::trap(format!(
+                "output '{}' is missing from some items",
+                output.name
+            )));
         };
         match Tensor::stack(parts.into_iter()) {
             Ok(tensor) => stacked.push(tensor),
-            Err(e) => return Answer::Failure(ItemError::trap(format!("cannot stack the items' outputs: {e}"))),
+            Err(e) => {
+                return Answer::Failure(ItemError::trap(format!(
+                    "cannot stack the items' outputs: {e}"
+                )))
+            }
         }
     }
     Answer::Success(stacked)

@@ -36,13 +36,21 @@ impl TensorSpec {
     /// Whether a per-item shape is one of the accepted ones.
     pub fn accepts_shape(&self, shape: &[u64]) -> bool {
         self.shapes.iter().any(|accepted| {
-            accepted.len() == shape.len() && accepted.iter().zip(shape).all(|(&a, &s)| a < 0 || a as u64 == s)
+            accepted.len() == shape.len()
+                && accepted
+                    .iter()
+                    .zip(shape)
+                    .all(|(&a, &s)| a < 0 || a as u64 == s)
         })
     }
 
     /// The accepted shapes as a client reads them, e.g. `[64] or [8, 8]`.
     pub fn describe_shapes(&self) -> String {
-        self.shapes.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(" or ")
+        self.shapes
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(" or ")
     }
 }
 
@@ -172,7 +180,9 @@ pub fn is_valid_model_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 impl ModelConfig {
@@ -188,8 +198,13 @@ impl ModelConfig {
 
     /// Validates the text of a `model.toml` found in `dir`.
     pub fn parse(dir: &Path, text: &str) -> Result<Self, String> {
-        let raw: RawModel = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
-        let folder = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        let raw: RawModel =
+            toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+        let folder = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
         let name = raw.name.unwrap_or_else(|| folder.clone());
         if !is_valid_model_name(&name) {
             return Err(format!(
@@ -197,15 +212,17 @@ impl ModelConfig {
             ));
         }
         if !folder.is_empty() && name != folder {
-            return Err(format!("key `name`: {name:?} must equal the model's folder name {folder:?}"));
+            return Err(format!(
+                "key `name`: {name:?} must equal the model's folder name {folder:?}"
+            ));
         }
         let version = match raw.version {
             None => "1".to_string(),
             Some(RawVersion::Number(n)) => n.to_string(),
             Some(RawVersion::Text(text)) if is_valid_model_name(&text) => text,
-            Some(RawVersion::Text(text)) => {
-                return Err(format!("key `version`: {text:?} is not a valid version (letters, digits, '-', '_', '.')"))
-            }
+            Some(RawVersion::Text(text)) => return Err(format!(
+                "key `version`: {text:?} is not a valid version (letters, digits, '-', '_', '.')"
+            )),
         };
 
         let mut stages = Vec::new();
@@ -226,16 +243,24 @@ impl ModelConfig {
             return Err("key `inputs`: a model must declare at least one input".into());
         }
 
-        let instances_default = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let instances_default = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         let limits = Limits {
             memory_bytes: {
                 let mib = raw.limits.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB);
                 if !(1..=MAX_MEMORY_MIB).contains(&mib) {
-                    return Err(format!("key `limits.memory_mib`: {mib} is outside 1..={MAX_MEMORY_MIB}"));
+                    return Err(format!(
+                        "key `limits.memory_mib`: {mib} is outside 1..={MAX_MEMORY_MIB}"
+                    ));
                 }
                 (mib as usize) << 20
             },
-            stage_timeout: positive_ms("limits.timeout_ms", raw.limits.timeout_ms, DEFAULT_STAGE_TIMEOUT_MS)?,
+            stage_timeout: positive_ms(
+                "limits.timeout_ms",
+                raw.limits.timeout_ms,
+                DEFAULT_STAGE_TIMEOUT_MS,
+            )?,
             request_timeout: positive_ms(
                 "limits.request_timeout_ms",
                 raw.limits.request_timeout_ms,
@@ -259,7 +284,10 @@ impl ModelConfig {
             ),
             Some(b) => {
                 if !(1..=4096).contains(&b.max_batch_size) {
-                    return Err(format!("key `batching.max_batch_size`: {} is outside 1..=4096", b.max_batch_size));
+                    return Err(format!(
+                        "key `batching.max_batch_size`: {} is outside 1..=4096",
+                        b.max_batch_size
+                    ));
                 }
                 if b.max_queue_delay_us > 10_000_000 {
                     return Err(format!(
@@ -268,7 +296,10 @@ impl ModelConfig {
                     ));
                 }
                 if !(1..=1_000_000).contains(&b.max_queue_size) {
-                    return Err(format!("key `batching.max_queue_size`: {} is outside 1..=1000000", b.max_queue_size));
+                    return Err(format!(
+                        "key `batching.max_queue_size`: {} is outside 1..=1000000",
+                        b.max_queue_size
+                    ));
                 }
                 (
                     true,
@@ -316,10 +347,15 @@ impl ModelConfig {
 fn stage_file(key: &str, file: &str) -> Result<PathBuf, String> {
     let path = Path::new(file);
     let plain = path.components().count() == 1
-        && matches!(path.components().next(), Some(std::path::Component::Normal(_)))
+        && matches!(
+            path.components().next(),
+            Some(std::path::Component::Normal(_))
+        )
         && !file.starts_with('.');
     if !plain {
-        return Err(format!("key `{key}`: {file:?} must be a file name inside the model folder"));
+        return Err(format!(
+            "key `{key}`: {file:?} must be a file name inside the model folder"
+        ));
     }
     Ok(path.to_path_buf())
 }
@@ -347,7 +383,9 @@ fn tensor_specs(key: &str, raw: Vec<RawTensor>) -> Result<Vec<TensorSpec>, Strin
             RawShape::Many(_) => return Err(format!("key `{at}.shape`: give at least one shape")),
         };
         if let Some(bad) = shapes.iter().flatten().find(|&&d| d < -1) {
-            return Err(format!("key `{at}.shape`: dimension {bad} is invalid (sizes are >= 0, -1 means any)"));
+            return Err(format!(
+                "key `{at}.shape`: dimension {bad} is invalid (sizes are >= 0, -1 means any)"
+            ));
         }
         specs.push(TensorSpec {
             name: t.name,
@@ -405,13 +443,19 @@ mode = "fast"
         assert!(c.batches);
         assert_eq!(c.batching.max_batch_size, 32);
         assert_eq!(c.stages.len(), 2);
-        assert_eq!(c.stages[1], (StageKind::Predict, PathBuf::from("/m/digits/predict.wasm")));
+        assert_eq!(
+            c.stages[1],
+            (StageKind::Predict, PathBuf::from("/m/digits/predict.wasm"))
+        );
         assert!(c.inputs[0].accepts_shape(&[8, 8]));
         assert!(!c.inputs[0].accepts_shape(&[8, 7]));
         assert_eq!(c.metadata_shape(&c.inputs[0]), vec![-1, 64]);
         assert_eq!(
             c.parameters,
-            vec![("mode".into(), "fast".into()), ("pixel_max".into(), "16".into())]
+            vec![
+                ("mode".into(), "fast".into()),
+                ("pixel_max".into(), "16".into())
+            ]
         );
     }
 
@@ -419,11 +463,23 @@ mode = "fast"
     fn errors_name_the_key() {
         let err = |text: &str| ModelConfig::parse(Path::new("/m/digits"), text).unwrap_err();
         let typo = DIGITS.replace("max_batch_size", "max_batchsize");
-        assert!(err(&typo).contains("unknown field `max_batchsize`"), "{}", err(&typo));
+        assert!(
+            err(&typo).contains("unknown field `max_batchsize`"),
+            "{}",
+            err(&typo)
+        );
         let dtype = DIGITS.replace("\"FP32\"", "\"FP33\"");
-        assert!(err(&dtype).contains("key `inputs[0].datatype`: \"FP33\""), "{}", err(&dtype));
+        assert!(
+            err(&dtype).contains("key `inputs[0].datatype`: \"FP33\""),
+            "{}",
+            err(&dtype)
+        );
         let escape = DIGITS.replace("\"predict.wasm\"", "\"../x.wasm\"");
-        assert!(err(&escape).contains("key `stages.predict`"), "{}", err(&escape));
+        assert!(
+            err(&escape).contains("key `stages.predict`"),
+            "{}",
+            err(&escape)
+        );
         let renamed = DIGITS.replace("name = \"digits\"", "name = \"other\"");
         assert!(err(&renamed).contains("folder name"), "{}", err(&renamed));
     }

@@ -62,7 +62,10 @@ impl Slot {
     fn instance(&mut self) -> Result<&mut StageInstance, ItemError> {
         if self.live.is_none() {
             let fresh = self.template.instantiate().map_err(|e| {
-                ItemError::unavailable(format!("{} instance could not be re-created: {e}", self.template.kind().name()))
+                ItemError::unavailable(format!(
+                    "{} instance could not be re-created: {e}",
+                    self.template.kind().name()
+                ))
             })?;
             self.live = Some(fresh);
         }
@@ -77,7 +80,12 @@ impl Slot {
     fn replace(&mut self, trapped: &Trapped) {
         self.traps += 1;
         self.live = None;
-        tracing::warn!(stage = self.template.kind().name(), traps = self.traps, "plugin trapped: {}", trapped.message);
+        tracing::warn!(
+            stage = self.template.kind().name(),
+            traps = self.traps,
+            "plugin trapped: {}",
+            trapped.message
+        );
         if let Err(e) = self.instance() {
             tracing::error!(stage = self.template.kind().name(), "{}", e.message);
         }
@@ -133,7 +141,10 @@ impl PipelineInstance {
 }
 
 /// Records failed items' outcomes and returns the survivors for the next stage.
-fn settle(outcomes: &mut [Option<ItemOutcome>], results: Vec<(usize, ItemOutcome)>) -> Vec<(usize, Item)> {
+fn settle(
+    outcomes: &mut [Option<ItemOutcome>],
+    results: Vec<(usize, ItemOutcome)>,
+) -> Vec<(usize, Item)> {
     let mut alive = Vec::with_capacity(results.len());
     for (index, result) in results {
         match result {
@@ -144,17 +155,27 @@ fn settle(outcomes: &mut [Option<ItemOutcome>], results: Vec<(usize, ItemOutcome
     alive
 }
 
-type StageCall = dyn Fn(&mut StageInstance, &[(usize, Item)]) -> Result<Vec<ItemOutcome>, CallFailure>;
+type StageCall =
+    dyn Fn(&mut StageInstance, &[(usize, Item)]) -> Result<Vec<ItemOutcome>, CallFailure>;
 
 /// Calls a stage on `items`; on a trap or contract violation, replaces the instance if
 /// needed and re-runs each half, until the failing items are isolated.
-fn run_bisected(slot: &mut Slot, items: Vec<(usize, Item)>, call: &StageCall) -> Vec<(usize, ItemOutcome)> {
+fn run_bisected(
+    slot: &mut Slot,
+    items: Vec<(usize, Item)>,
+    call: &StageCall,
+) -> Vec<(usize, ItemOutcome)> {
     if items.is_empty() {
         return Vec::new();
     }
     let instance = match slot.instance() {
         Ok(instance) => instance,
-        Err(e) => return items.into_iter().map(|(i, _)| (i, Err(e.clone()))).collect(),
+        Err(e) => {
+            return items
+                .into_iter()
+                .map(|(i, _)| (i, Err(e.clone())))
+                .collect()
+        }
     };
     let failure = match call(instance, &items) {
         Ok(results) => return items.into_iter().map(|(i, _)| i).zip(results).collect(),
@@ -162,7 +183,12 @@ fn run_bisected(slot: &mut Slot, items: Vec<(usize, Item)>, call: &StageCall) ->
     };
     let alone = items.len() == 1;
     let error = match failure {
-        CallFailure::All(error) => return items.into_iter().map(|(i, _)| (i, Err(error.clone()))).collect(),
+        CallFailure::All(error) => {
+            return items
+                .into_iter()
+                .map(|(i, _)| (i, Err(error.clone())))
+                .collect()
+        }
         CallFailure::Trapped(trapped) => {
             slot.replace(&trapped);
             trapped.item_error()
@@ -170,7 +196,10 @@ fn run_bisected(slot: &mut Slot, items: Vec<(usize, Item)>, call: &StageCall) ->
         CallFailure::Violation(message) => ItemError::trap(message),
     };
     if alone {
-        return items.into_iter().map(|(i, _)| (i, Err(error.clone()))).collect();
+        return items
+            .into_iter()
+            .map(|(i, _)| (i, Err(error.clone())))
+            .collect();
     }
     let mut first = items;
     let second = first.split_off(first.len() / 2);
@@ -180,7 +209,10 @@ fn run_bisected(slot: &mut Slot, items: Vec<(usize, Item)>, call: &StageCall) ->
 }
 
 /// preprocess/postprocess: one result per item.
-fn map_items(instance: &mut StageInstance, items: &[(usize, Item)]) -> Result<Vec<ItemOutcome>, CallFailure> {
+fn map_items(
+    instance: &mut StageInstance,
+    items: &[(usize, Item)],
+) -> Result<Vec<ItemOutcome>, CallFailure> {
     let kind = instance.template().kind();
     let sent: Vec<Item> = items.iter().map(|(_, item)| item.clone()).collect();
     let results = instance.map_items(sent).map_err(CallFailure::Trapped)?;
@@ -215,11 +247,16 @@ fn run_predict(slot: &mut Slot, items: Vec<(usize, Item)>) -> Vec<(usize, ItemOu
 type Signature = (String, crate::tensor::DataType, Vec<u64>);
 
 fn signature(item: &Item) -> Vec<Signature> {
-    item.iter().map(|t| (t.name.clone(), t.datatype, t.shape.clone())).collect()
+    item.iter()
+        .map(|t| (t.name.clone(), t.datatype, t.shape.clone()))
+        .collect()
 }
 
 /// Stacks a group into a batch, calls predict, checks the answer and splits it per item.
-fn predict_batch(instance: &mut StageInstance, items: &[(usize, Item)]) -> Result<Vec<ItemOutcome>, CallFailure> {
+fn predict_batch(
+    instance: &mut StageInstance,
+    items: &[(usize, Item)],
+) -> Result<Vec<ItemOutcome>, CallFailure> {
     let n = items.len();
     let Some((_, first)) = items.first() else {
         return Ok(Vec::new());
@@ -260,9 +297,9 @@ fn split_prediction(prediction: Prediction, n: usize) -> Result<Vec<ItemOutcome>
         }
     }
     for (index, error) in prediction.failures {
-        let slot = per_item
-            .get_mut(index as usize)
-            .ok_or_else(|| format!("item failure index {index} is out of range for a batch of {n}"))?;
+        let slot = per_item.get_mut(index as usize).ok_or_else(|| {
+            format!("item failure index {index} is out of range for a batch of {n}")
+        })?;
         *slot = Err(error);
     }
     Ok(per_item)
@@ -275,7 +312,10 @@ fn check_outputs(declared: &[TensorSpec], item: Item) -> Result<Item, String> {
     }
     for spec in declared {
         let Some(tensor) = item.iter().find(|t| t.name == spec.name) else {
-            return Err(format!("the pipeline broke its declared outputs: output '{}' is missing", spec.name));
+            return Err(format!(
+                "the pipeline broke its declared outputs: output '{}' is missing",
+                spec.name
+            ));
         };
         if tensor.datatype != spec.datatype {
             return Err(format!(
@@ -292,8 +332,14 @@ fn check_outputs(declared: &[TensorSpec], item: Item) -> Result<Item, String> {
             ));
         }
     }
-    if let Some(extra) = item.iter().find(|t| !declared.iter().any(|s| s.name == t.name)) {
-        return Err(format!("the pipeline broke its declared outputs: output '{}' is not declared", extra.name));
+    if let Some(extra) = item
+        .iter()
+        .find(|t| !declared.iter().any(|s| s.name == t.name))
+    {
+        return Err(format!(
+            "the pipeline broke its declared outputs: output '{}' is not declared",
+            extra.name
+        ));
     }
     Ok(item)
 }

@@ -13,12 +13,21 @@ use crate::runtime::Runtime;
 use crate::serving::Repository;
 
 /// Serves `config.repository` on `listener` until `shutdown` resolves.
-pub async fn run(config: ServeConfig, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn run(
+    config: ServeConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let runtime = Runtime::new().context("starting the wasm runtime")?;
     let repository = Arc::new(
         Repository::open(&config.repository, runtime)
             .await
-            .with_context(|| format!("reading the model repository {}", config.repository.display()))?,
+            .with_context(|| {
+                format!(
+                    "reading the model repository {}",
+                    config.repository.display()
+                )
+            })?,
     );
     let state = Arc::new(AppState {
         repository: repository.clone(),
@@ -35,9 +44,7 @@ pub async fn run(config: ServeConfig, listener: TcpListener, shutdown: impl Futu
         let _ = stopping_tx.send(());
     };
     let serving = axum::serve(listener, router(state)).with_graceful_shutdown(signal);
-    let serving = async move {
-        serving.await.context("serving HTTP")
-    };
+    let serving = async move { serving.await.context("serving HTTP") };
     tokio::pin!(serving);
     // Once shutdown starts, in-flight requests get `grace` to finish.
     tokio::select! {

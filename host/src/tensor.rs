@@ -140,12 +140,13 @@ impl Tensor {
         })?;
         match self.datatype.element_size() {
             Some(size) => {
-                let expected = count.checked_mul(size as u64).ok_or_else(|| {
-                    TensorError::ShapeOverflow {
-                        name: self.name.clone(),
-                        shape: self.shape.clone(),
-                    }
-                })?;
+                let expected =
+                    count
+                        .checked_mul(size as u64)
+                        .ok_or_else(|| TensorError::ShapeOverflow {
+                            name: self.name.clone(),
+                            shape: self.shape.clone(),
+                        })?;
                 if expected != self.data.len() as u64 {
                     return Err(TensorError::SizeMismatch {
                         name: self.name.clone(),
@@ -168,7 +169,10 @@ impl Tensor {
                 if found != count {
                     return Err(TensorError::MalformedBytes {
                         name: self.name.clone(),
-                        reason: format!("shape {:?} declares {count} elements, data has {found}", self.shape),
+                        reason: format!(
+                            "shape {:?} declares {count} elements, data has {found}",
+                            self.shape
+                        ),
                     });
                 }
                 Ok(())
@@ -199,7 +203,11 @@ impl Tensor {
                 if row_bytes == 0 {
                     return Ok((0..rows).map(|_| piece(Vec::new())).collect());
                 }
-                Ok(self.data.chunks_exact(row_bytes).map(|c| piece(c.to_vec())).collect())
+                Ok(self
+                    .data
+                    .chunks_exact(row_bytes)
+                    .map(|c| piece(c.to_vec()))
+                    .collect())
             }
             None => {
                 let offsets = bytes_element_offsets(&self.data).map_err(|reason| {
@@ -220,7 +228,9 @@ impl Tensor {
     }
 
     /// Stacks same-named, same-typed, same-shaped tensors along a new leading dimension.
-    pub fn stack<'a>(parts: impl ExactSizeIterator<Item = &'a Tensor>) -> Result<Tensor, TensorError> {
+    pub fn stack<'a>(
+        parts: impl ExactSizeIterator<Item = &'a Tensor>,
+    ) -> Result<Tensor, TensorError> {
         let rows = parts.len() as u64;
         let mut out: Option<Tensor> = None;
         for part in parts {
@@ -332,9 +342,19 @@ mod tests {
         let mut t = fp32("x", &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
         assert!(t.validate().is_ok());
         t.shape = vec![2, 3];
-        assert!(matches!(t.validate(), Err(TensorError::SizeMismatch { expected: 24, actual: 16, .. })));
+        assert!(matches!(
+            t.validate(),
+            Err(TensorError::SizeMismatch {
+                expected: 24,
+                actual: 16,
+                ..
+            })
+        ));
         t.shape = vec![u64::MAX, 3];
-        assert!(matches!(t.validate(), Err(TensorError::ShapeOverflow { .. })));
+        assert!(matches!(
+            t.validate(),
+            Err(TensorError::ShapeOverflow { .. })
+        ));
     }
 
     #[test]
@@ -363,9 +383,15 @@ mod tests {
         let second: Vec<&[u8]> = bytes_elements(&rows[1].data).collect();
         assert_eq!(second, vec![b"".as_slice(), b"def".as_slice()]);
         assert_eq!(Tensor::stack(rows.iter()).unwrap(), t);
-        let bad = Tensor { shape: vec![5], ..t.clone() };
+        let bad = Tensor {
+            shape: vec![5],
+            ..t.clone()
+        };
         assert!(bad.validate().is_err());
-        let truncated = Tensor { data: t.data[..t.data.len() - 1].to_vec(), ..t };
+        let truncated = Tensor {
+            data: t.data[..t.data.len() - 1].to_vec(),
+            ..t
+        };
         assert!(truncated.validate().is_err());
     }
 
@@ -373,6 +399,9 @@ mod tests {
     fn stack_refuses_mixed_shapes() {
         let a = fp32("x", &[2], &[1.0, 2.0]);
         let b = fp32("x", &[1], &[1.0]);
-        assert!(matches!(Tensor::stack([a, b].iter()), Err(TensorError::Unstackable { what: "shape", .. })));
+        assert!(matches!(
+            Tensor::stack([a, b].iter()),
+            Err(TensorError::Unstackable { what: "shape", .. })
+        ));
     }
 }

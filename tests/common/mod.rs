@@ -14,14 +14,19 @@ use tensorplug::config::ServeConfig;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
 }
 
 /// Fails with instructions when a plugin has not been built.
 pub fn require_plugins(repository: &Path) {
     for entry in std::fs::read_dir(repository).expect("repository folder") {
         let dir = entry.expect("entry").path();
-        let Ok(text) = std::fs::read_to_string(dir.join("model.toml")) else { continue };
+        let Ok(text) = std::fs::read_to_string(dir.join("model.toml")) else {
+            continue;
+        };
         for line in text.lines().filter(|l| l.contains(".wasm\"")) {
             let file = line.split('"').nth(1).expect("quoted file name");
             assert!(
@@ -50,7 +55,9 @@ impl TestServer {
     pub async fn start_with(config: ServeConfig) -> Self {
         require_plugins(&config.repository);
         tensorplug::telemetry::init("warn");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
         let address = listener.local_addr().expect("local address");
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(tensorplug::server::run(config, listener, async move {
@@ -86,14 +93,23 @@ impl TestServer {
         let r = self.client.get(self.url(path)).send().await.expect("GET");
         let status = r.status().as_u16();
         let text = r.text().await.expect("body");
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     pub async fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
-        self.post_raw(path, serde_json::to_vec(body).expect("json"), None).await
+        self.post_raw(path, serde_json::to_vec(body).expect("json"), None)
+            .await
     }
 
-    pub async fn post_raw(&self, path: &str, body: Vec<u8>, json_header_len: Option<usize>) -> (u16, Value) {
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        json_header_len: Option<usize>,
+    ) -> (u16, Value) {
         let mut request = self.client.post(self.url(path)).body(body);
         if let Some(len) = json_header_len {
             request = request.header("Inference-Header-Content-Length", len);
@@ -101,7 +117,10 @@ impl TestServer {
         let r = request.send().await.expect("POST");
         let status = r.status().as_u16();
         let text = r.text().await.expect("body");
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     /// Stops the server and waits until it has drained.

@@ -33,8 +33,15 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> StatusCode {
 }
 
 /// The live version of `name`, checked against a requested version.
-pub fn find_model(state: &AppState, name: &str, version: Option<&str>) -> Result<Arc<Model>, ServeError> {
-    let model = state.repository.get(name).ok_or_else(|| ServeError::ModelNotFound(name.to_string()))?;
+pub fn find_model(
+    state: &AppState,
+    name: &str,
+    version: Option<&str>,
+) -> Result<Arc<Model>, ServeError> {
+    let model = state
+        .repository
+        .get(name)
+        .ok_or_else(|| ServeError::ModelNotFound(name.to_string()))?;
     if let Some(version) = version {
         if version != model.config.version {
             return Err(ServeError::VersionNotFound {
@@ -68,7 +75,10 @@ fn metadata(model: &Model) -> ModelMetadata {
     }
 }
 
-pub async fn model_metadata(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
+pub async fn model_metadata(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Response {
     match find_model(&state, &name, None) {
         Ok(model) => Json(metadata(&model)).into_response(),
         Err(e) => e.into_response(),

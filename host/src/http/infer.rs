@@ -15,9 +15,16 @@ use super::response::{self, HEADER_CONTENT_LENGTH};
 use super::AppState;
 use crate::error::ServeError;
 use crate::items::{assemble, split_request, Answer};
-use crate::protocol::{decode_request, encode_multi_status, encode_response, ItemResult, OutputOptions};
+use crate::protocol::{
+    decode_request, encode_multi_status, encode_response, ItemResult, OutputOptions,
+};
 
-pub async fn infer(State(state): State<Arc<AppState>>, Path(name): Path<String>, headers: HeaderMap, body: Body) -> Response {
+pub async fn infer(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     handle(state, name, None, headers, body).await
 }
 
@@ -30,13 +37,26 @@ pub async fn infer_versioned(
     handle(state, name, Some(version), headers, body).await
 }
 
-async fn handle(state: Arc<AppState>, name: String, version: Option<String>, headers: HeaderMap, body: Body) -> Response {
+async fn handle(
+    state: Arc<AppState>,
+    name: String,
+    version: Option<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let span = tracing::info_span!("infer", model = %name, id = tracing::field::Empty, items = tracing::field::Empty);
-    let result = run(&state, &name, version.as_deref(), &headers, body).instrument(span.clone()).await;
+    let result = run(&state, &name, version.as_deref(), &headers, body)
+        .instrument(span.clone())
+        .await;
     match result {
         Ok(response) => response,
         Err(error) => {
-            span.in_scope(|| tracing::info!(status = error.http_status().as_u16(), "request failed: {error}"));
+            span.in_scope(|| {
+                tracing::info!(
+                    status = error.http_status().as_u16(),
+                    "request failed: {error}"
+                )
+            });
             error.into_response()
         }
     }
@@ -67,7 +87,12 @@ async fn run(
                 "unknown output '{}' requested: model '{}' answers {}",
                 requested.name,
                 config.name,
-                config.outputs.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ")
+                config
+                    .outputs
+                    .iter()
+                    .map(|o| o.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
     }
@@ -83,22 +108,29 @@ async fn run(
     let (model_name, model_version) = (config.name.as_str(), config.version.as_str());
     Ok(match assemble(config, outcomes) {
         Answer::Success(outputs) => {
-            let encoded = encode_response(model_name, model_version, id.as_deref(), &outputs, &options);
+            let encoded =
+                encode_response(model_name, model_version, id.as_deref(), &outputs, &options);
             let mut response = match encoded.json_header_len {
                 None => response::json(StatusCode::OK, encoded.body),
                 Some(len) => {
                     let mut r = (StatusCode::OK, encoded.body).into_response();
+                    r.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/octet-stream"),
+                    );
                     r.headers_mut()
-                        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
-                    r.headers_mut().insert(HEADER_CONTENT_LENGTH, HeaderValue::from(len));
+                        .insert(HEADER_CONTENT_LENGTH, HeaderValue::from(len));
                     r
                 }
             };
-            response.headers_mut().insert("x-tensorplug-model-version", header_value(model_version));
+            response
+                .headers_mut()
+                .insert("x-tensorplug-model-version", header_value(model_version));
             response
         }
         Answer::Failure(error) => {
-            let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let status =
+                StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             tracing::info!(status = error.status, "item failed: {}", error.message);
             response::error(status, &error.message)
         }
@@ -136,11 +168,17 @@ fn header_usize(headers: &HeaderMap, name: &str) -> Result<Option<usize>, ServeE
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
         .map(Some)
-        .ok_or_else(|| ServeError::InvalidInput(format!("header {name}: {value:?} is not a byte count")))
+        .ok_or_else(|| {
+            ServeError::InvalidInput(format!("header {name}: {value:?} is not a byte count"))
+        })
 }
 
 /// Reads the whole body, refusing (413) as soon as it passes `limit` bytes.
-async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<bytes::Bytes, ServeError> {
+async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<bytes::Bytes, ServeError> {
     if let Some(declared) = header_usize(headers, header::CONTENT_LENGTH.as_str())? {
         if declared > limit {
             return Err(ServeError::BodyTooLarge { limit });
@@ -148,7 +186,11 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<byte
     }
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ServeError::BodyTooLarge { limit }),
-        Err(e) => Err(ServeError::InvalidInput(format!("cannot read the request body: {e}"))),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(ServeError::BodyTooLarge { limit })
+        }
+        Err(e) => Err(ServeError::InvalidInput(format!(
+            "cannot read the request body: {e}"
+        ))),
     }
 }

@@ -29,11 +29,20 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v2/health/live", get(health::live))
         .route("/v2/health/ready", get(health::ready))
         .route("/v2/models/{model}", get(health::model_metadata))
-        .route("/v2/models/{model}/versions/{version}", get(health::model_metadata_versioned))
+        .route(
+            "/v2/models/{model}/versions/{version}",
+            get(health::model_metadata_versioned),
+        )
         .route("/v2/models/{model}/ready", get(health::model_ready))
-        .route("/v2/models/{model}/versions/{version}/ready", get(health::model_ready_versioned))
+        .route(
+            "/v2/models/{model}/versions/{version}/ready",
+            get(health::model_ready_versioned),
+        )
         .route("/v2/models/{model}/infer", post(infer::infer))
-        .route("/v2/models/{model}/versions/{version}/infer", post(infer::infer_versioned))
+        .route(
+            "/v2/models/{model}/versions/{version}/infer",
+            post(infer::infer_versioned),
+        )
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -11,7 +11,15 @@ pub const HEADER_CONTENT_LENGTH: &str = "inference-header-content-length";
 
 /// A JSON body with a status.
 pub fn json(status: StatusCode, body: Vec<u8>) -> Response {
-    (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
 }
 
 /// `{"error": message}` with a status.
@@ -24,7 +32,9 @@ impl IntoResponse for ServeError {
         let status = self.http_status();
         let mut response = error(status, &self.to_string());
         if let Some(seconds) = self.retry_after() {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }

@@ -17,7 +17,9 @@ pub enum ProtocolError {
         message: String,
     },
     /// `Inference-Header-Content-Length` points past the end of the body.
-    #[error("Inference-Header-Content-Length is {header_len} but the body has only {body_len} bytes")]
+    #[error(
+        "Inference-Header-Content-Length is {header_len} but the body has only {body_len} bytes"
+    )]
     HeaderLengthExceedsBody { header_len: usize, body_len: usize },
     /// A field or parameter holds the wrong kind of JSON value; `what` names it, e.g.
     /// `"shape"` or `parameters.binary_data_size`, and `found` renders the value.
@@ -44,7 +46,11 @@ pub enum ProtocolError {
     #[error("input '{name}': datatype {found} is not a V2 datatype")]
     UnknownDatatype { name: String, found: String },
     #[error("input '{name}': shape {shape} has negative dimension {dim}")]
-    NegativeDimension { name: String, shape: String, dim: i64 },
+    NegativeDimension {
+        name: String,
+        shape: String,
+        dim: i64,
+    },
     #[error("input '{name}': shape {shape:?} has too many elements")]
     ShapeOverflow { name: String, shape: Vec<u64> },
     /// The data holds a different number of elements than the shape declares.
@@ -72,7 +78,9 @@ pub enum ProtocolError {
         value: String,
         datatype: DataType,
     },
-    #[error("input '{name}': BYTES element {index} is {len} bytes, more than a BYTES element can hold")]
+    #[error(
+        "input '{name}': BYTES element {index} is {len} bytes, more than a BYTES element can hold"
+    )]
     BytesElementTooLong { name: String, index: u64, len: u64 },
     #[error("input '{name}': has both \"data\" and parameters.binary_data_size")]
     DataAndBinary { name: String },

@@ -56,12 +56,15 @@ impl InferRequest {
     pub fn timeout_us(&self) -> Result<Option<u64>, ProtocolError> {
         match self.parameters.get("timeout") {
             None => Ok(None),
-            Some(v) => v.as_u64().map(Some).ok_or_else(|| ProtocolError::WrongType {
-                at: String::from("request"),
-                what: String::from("parameter \"timeout\""),
-                expected: "a non-negative integer (microseconds)",
-                found: render_value(v),
-            }),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| ProtocolError::WrongType {
+                    at: String::from("request"),
+                    what: String::from("parameter \"timeout\""),
+                    expected: "a non-negative integer (microseconds)",
+                    found: render_value(v),
+                }),
         }
     }
 
@@ -118,7 +121,12 @@ pub fn decode_request(
         None => None,
         Some(Value::String(id)) => Some(id),
         Some(other) => {
-            return Err(wrong_type("request", "\"id\"", "a string", render_value(&other)))
+            return Err(wrong_type(
+                "request",
+                "\"id\"",
+                "a string",
+                render_value(&other),
+            ))
         }
     };
     let parameters = object(raw.parameters, "request", "\"parameters\"")?;
@@ -201,12 +209,20 @@ fn name_of(value: Option<Value>, position: &str) -> Result<String, ProtocolError
             at: position.to_owned(),
             field: "\"name\"",
         }),
-        Some(other) => Err(wrong_type(position, "\"name\"", "a string", render_value(&other))),
+        Some(other) => Err(wrong_type(
+            position,
+            "\"name\"",
+            "a string",
+            render_value(&other),
+        )),
     }
 }
 
 fn reject_unsupported(parameters: &Map<String, Value>, at: &str) -> Result<(), ProtocolError> {
-    match UNSUPPORTED_PARAMETERS.iter().find(|p| parameters.contains_key(**p)) {
+    match UNSUPPORTED_PARAMETERS
+        .iter()
+        .find(|p| parameters.contains_key(**p))
+    {
         Some(parameter) => Err(ProtocolError::Unsupported {
             at: at.to_owned(),
             parameter: (*parameter).to_owned(),
@@ -215,7 +231,11 @@ fn reject_unsupported(parameters: &Map<String, Value>, at: &str) -> Result<(), P
     }
 }
 
-fn convert_input(index: usize, raw: RawInput, has_binary: bool) -> Result<PendingInput, ProtocolError> {
+fn convert_input(
+    index: usize,
+    raw: RawInput,
+    has_binary: bool,
+) -> Result<PendingInput, ProtocolError> {
     let position = format!("inputs[{index}]");
     let fields: RawFields = match raw {
         RawInput::Object(fields) => fields,
@@ -346,7 +366,13 @@ fn declared_count(name: &str, shape: &[u64]) -> Result<u64, ProtocolError> {
     })
 }
 
-fn count_mismatch(name: &str, datatype: DataType, shape: &[u64], expected: u64, actual: u64) -> ProtocolError {
+fn count_mismatch(
+    name: &str,
+    datatype: DataType,
+    shape: &[u64],
+    expected: u64,
+    actual: u64,
+) -> ProtocolError {
     ProtocolError::ElementCount {
         name: name.to_owned(),
         shape: shape.to_vec(),
@@ -357,7 +383,12 @@ fn count_mismatch(name: &str, datatype: DataType, shape: &[u64], expected: u64, 
 }
 
 /// Finishes JSON-decoded data: reports its first fault, then checks its element count.
-fn json_data(name: &str, datatype: DataType, shape: &[u64], state: DataState) -> Result<Vec<u8>, ProtocolError> {
+fn json_data(
+    name: &str,
+    datatype: DataType,
+    shape: &[u64],
+    state: DataState,
+) -> Result<Vec<u8>, ProtocolError> {
     let (bytes, count) = state.finish(name)?;
     let expected = declared_count(name, shape)?;
     if count != expected {
@@ -368,7 +399,12 @@ fn json_data(name: &str, datatype: DataType, shape: &[u64], state: DataState) ->
 
 /// Checks a fixed-size input's declared binary size against its shape (BYTES inputs are
 /// checked once their data is sliced out).
-fn check_binary_size(name: &str, datatype: DataType, shape: &[u64], size: u64) -> Result<(), ProtocolError> {
+fn check_binary_size(
+    name: &str,
+    datatype: DataType,
+    shape: &[u64],
+    size: u64,
+) -> Result<(), ProtocolError> {
     let Some(element_size) = datatype.element_size() else {
         return Ok(());
     };
@@ -416,14 +452,21 @@ fn attach_binary(inputs: &mut [PendingInput], binary: &[u8]) -> Result<(), Proto
         rest = tail;
         let tensor = &mut input.tensor;
         if tensor.datatype == DataType::Bytes {
-            let offsets = bytes_element_offsets(chunk).map_err(|reason| ProtocolError::MalformedBytes {
-                name: tensor.name.clone(),
-                reason,
-            })?;
+            let offsets =
+                bytes_element_offsets(chunk).map_err(|reason| ProtocolError::MalformedBytes {
+                    name: tensor.name.clone(),
+                    reason,
+                })?;
             let found = offsets.len().saturating_sub(1) as u64;
             let expected = declared_count(&tensor.name, &tensor.shape)?;
             if found != expected {
-                return Err(count_mismatch(&tensor.name, DataType::Bytes, &tensor.shape, expected, found));
+                return Err(count_mismatch(
+                    &tensor.name,
+                    DataType::Bytes,
+                    &tensor.shape,
+                    expected,
+                    found,
+                ));
             }
         }
         tensor.data = chunk.to_vec();
@@ -436,7 +479,14 @@ fn convert_outputs(value: Option<Value>) -> Result<Vec<RequestedOutput>, Protoco
     let items = match value {
         None => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
-        Some(other) => return Err(wrong_type("request", "\"outputs\"", "an array", render_value(&other))),
+        Some(other) => {
+            return Err(wrong_type(
+                "request",
+                "\"outputs\"",
+                "an array",
+                render_value(&other),
+            ))
+        }
     };
     let mut outputs: Vec<RequestedOutput> = Vec::with_capacity(items.len());
     let mut names = HashSet::with_capacity(items.len());

@@ -52,7 +52,11 @@ fn round_trip(datatype: &str, data: Value, bytes: Vec<u8>, expected_out: Value) 
     };
     let request = decode_value(one_input(datatype, json!([n]), data)).unwrap();
     let dt = DataType::parse(datatype).unwrap();
-    assert_eq!(request.inputs, vec![tensor("x", dt, &[n], bytes)], "{datatype}");
+    assert_eq!(
+        request.inputs,
+        vec![tensor("x", dt, &[n], bytes)],
+        "{datatype}"
+    );
     let response = encode_response("m", "1", None, &request.inputs, &OutputOptions::default());
     assert_eq!(response.json_header_len, None);
     let body: Value = serde_json::from_slice(&response.body).unwrap();
@@ -66,19 +70,62 @@ fn round_trip(datatype: &str, data: Value, bytes: Vec<u8>, expected_out: Value) 
 
 #[test]
 fn every_datatype_round_trips_through_json() {
-    round_trip("BOOL", json!([true, false, true]), vec![1, 0, 1], json!([true, false, true]));
+    round_trip(
+        "BOOL",
+        json!([true, false, true]),
+        vec![1, 0, 1],
+        json!([true, false, true]),
+    );
     round_trip("UINT8", json!([0, 255]), vec![0, 255], json!([0, 255]));
-    round_trip("UINT16", json!([0, 65535]), le(&[0u16, 65535], u16::to_le_bytes), json!([0, 65535]));
-    round_trip("UINT32", json!([7, 4294967295u32]), le(&[7u32, u32::MAX], u32::to_le_bytes), json!([7, 4294967295u32]));
-    round_trip("UINT64", json!([0, u64::MAX]), le(&[0u64, u64::MAX], u64::to_le_bytes), json!([0, u64::MAX]));
-    round_trip("INT8", json!([-128, 127]), le(&[-128i8, 127], i8::to_le_bytes), json!([-128, 127]));
-    round_trip("INT16", json!([-32768, 32767]), le(&[i16::MIN, i16::MAX], i16::to_le_bytes), json!([-32768, 32767]));
-    round_trip("INT32", json!([i32::MIN, 3.0]), le(&[i32::MIN, 3], i32::to_le_bytes), json!([i32::MIN, 3]));
-    round_trip("INT64", json!([i64::MIN, i64::MAX]), le(&[i64::MIN, i64::MAX], i64::to_le_bytes), json!([i64::MIN, i64::MAX]));
+    round_trip(
+        "UINT16",
+        json!([0, 65535]),
+        le(&[0u16, 65535], u16::to_le_bytes),
+        json!([0, 65535]),
+    );
+    round_trip(
+        "UINT32",
+        json!([7, 4294967295u32]),
+        le(&[7u32, u32::MAX], u32::to_le_bytes),
+        json!([7, 4294967295u32]),
+    );
+    round_trip(
+        "UINT64",
+        json!([0, u64::MAX]),
+        le(&[0u64, u64::MAX], u64::to_le_bytes),
+        json!([0, u64::MAX]),
+    );
+    round_trip(
+        "INT8",
+        json!([-128, 127]),
+        le(&[-128i8, 127], i8::to_le_bytes),
+        json!([-128, 127]),
+    );
+    round_trip(
+        "INT16",
+        json!([-32768, 32767]),
+        le(&[i16::MIN, i16::MAX], i16::to_le_bytes),
+        json!([-32768, 32767]),
+    );
+    round_trip(
+        "INT32",
+        json!([i32::MIN, 3.0]),
+        le(&[i32::MIN, 3], i32::to_le_bytes),
+        json!([i32::MIN, 3]),
+    );
+    round_trip(
+        "INT64",
+        json!([i64::MIN, i64::MAX]),
+        le(&[i64::MIN, i64::MAX], i64::to_le_bytes),
+        json!([i64::MIN, i64::MAX]),
+    );
     round_trip(
         "FP16",
         json!([0.1, -2.5, 65504, 1]),
-        le(&[f16::from_f32(0.1), f16::from_f32(-2.5), f16::MAX, f16::ONE], f16::to_le_bytes),
+        le(
+            &[f16::from_f32(0.1), f16::from_f32(-2.5), f16::MAX, f16::ONE],
+            f16::to_le_bytes,
+        ),
         // Shortest decimals that read back to the same FP16 (65504 -> 65500).
         json!([0.1, -2.5, 65500.0, 1.0]),
     );
@@ -99,12 +146,19 @@ fn every_datatype_round_trips_through_json() {
     for s in ["", "héllo", "\u{1F600}"] {
         push_bytes_element(&mut bytes, s.as_bytes());
     }
-    round_trip("BYTES", json!(["", "héllo", "\u{1F600}"]), bytes, json!(["", "héllo", "\u{1F600}"]));
+    round_trip(
+        "BYTES",
+        json!(["", "héllo", "\u{1F600}"]),
+        bytes,
+        json!(["", "héllo", "\u{1F600}"]),
+    );
 }
 
 #[test]
 fn fp32_prints_without_widening_digits() {
-    let request = decode(r#"{"inputs":[{"name":"x","shape":[3],"datatype":"FP32","data":[0.1,0.7,1e-3]}]}"#).unwrap();
+    let request =
+        decode(r#"{"inputs":[{"name":"x","shape":[3],"datatype":"FP32","data":[0.1,0.7,1e-3]}]}"#)
+            .unwrap();
     let response = encode_response("m", "1", None, &request.inputs, &OutputOptions::default());
     let text = String::from_utf8(response.body).unwrap();
     assert!(text.contains(r#""data":[0.1,0.7,0.001]"#), "{text}");
@@ -112,8 +166,18 @@ fn fp32_prints_without_widening_digits() {
 
 #[test]
 fn fp16_values_are_rounded_and_printed_shortest() {
-    let request = decode_value(one_input("FP16", json!([4]), json!([0.1, 0.333, 1e-8, -0.0]))).unwrap();
-    let expected = [f16::from_f64(0.1), f16::from_f64(0.333), f16::from_f64(1e-8), f16::NEG_ZERO];
+    let request = decode_value(one_input(
+        "FP16",
+        json!([4]),
+        json!([0.1, 0.333, 1e-8, -0.0]),
+    ))
+    .unwrap();
+    let expected = [
+        f16::from_f64(0.1),
+        f16::from_f64(0.333),
+        f16::from_f64(1e-8),
+        f16::NEG_ZERO,
+    ];
     assert_eq!(request.inputs[0].data, le(&expected, f16::to_le_bytes));
     let response = encode_response("m", "1", None, &request.inputs, &OutputOptions::default());
     let text = String::from_utf8(response.body).unwrap();
@@ -126,20 +190,42 @@ fn fp16_values_are_rounded_and_printed_shortest() {
 
 #[test]
 fn nested_and_flat_data_decode_identically() {
-    let flat = decode_value(one_input("INT32", json!([2, 2, 2]), json!([1, 2, 3, 4, 5, 6, 7, 8]))).unwrap();
-    let nested = decode_value(one_input("INT32", json!([2, 2, 2]), json!([[[1, 2], [3, 4]], [[5, 6], [7, 8]]]))).unwrap();
-    let partly = decode_value(one_input("INT32", json!([2, 2, 2]), json!([[1, 2, 3, 4], [5, [6, [7]], 8]]))).unwrap();
+    let flat = decode_value(one_input(
+        "INT32",
+        json!([2, 2, 2]),
+        json!([1, 2, 3, 4, 5, 6, 7, 8]),
+    ))
+    .unwrap();
+    let nested = decode_value(one_input(
+        "INT32",
+        json!([2, 2, 2]),
+        json!([[[1, 2], [3, 4]], [[5, 6], [7, 8]]]),
+    ))
+    .unwrap();
+    let partly = decode_value(one_input(
+        "INT32",
+        json!([2, 2, 2]),
+        json!([[1, 2, 3, 4], [5, [6, [7]], 8]]),
+    ))
+    .unwrap();
     assert_eq!(flat, nested);
     assert_eq!(flat, partly);
-    assert_eq!(flat.inputs[0].data, le(&[1i32, 2, 3, 4, 5, 6, 7, 8], i32::to_le_bytes));
+    assert_eq!(
+        flat.inputs[0].data,
+        le(&[1i32, 2, 3, 4, 5, 6, 7, 8], i32::to_le_bytes)
+    );
     let scalar = decode_value(one_input("FP64", json!([]), json!(2.5))).unwrap();
     assert_eq!(scalar.inputs[0].data, 2.5f64.to_le_bytes());
 }
 
 #[test]
 fn field_order_does_not_matter() {
-    let usual = decode(r#"{"id":"a","inputs":[{"name":"x","shape":[2],"datatype":"UINT8","data":[1,2]}]}"#).unwrap();
-    let data_first = decode(r#"{"inputs":[{"data":[1,2],"shape":[2],"name":"x","datatype":"UINT8"}],"id":"a"}"#).unwrap();
+    let usual =
+        decode(r#"{"id":"a","inputs":[{"name":"x","shape":[2],"datatype":"UINT8","data":[1,2]}]}"#)
+            .unwrap();
+    let data_first =
+        decode(r#"{"inputs":[{"data":[1,2],"shape":[2],"name":"x","datatype":"UINT8"}],"id":"a"}"#)
+            .unwrap();
     assert_eq!(usual, data_first);
     assert_eq!(usual.id.as_deref(), Some("a"));
     // A bad element is reported with the input's name even when the name comes last.
@@ -157,32 +243,114 @@ fn field_order_does_not_matter() {
 fn element_errors_name_the_element() {
     let mut data: Vec<Value> = (0..63).map(|i| json!(i as f64 / 2.0)).collect();
     let body = json!({"inputs": [{"name": "input-0", "shape": [1, 64], "datatype": "FP32", "data": data.clone()}]});
-    assert_eq!(err_value(body), "input 'input-0': shape [1, 64] needs 64 FP32 values, got 63");
+    assert_eq!(
+        err_value(body),
+        "input 'input-0': shape [1, 64] needs 64 FP32 values, got 63"
+    );
     data.push(json!(1));
     data.push(json!(1));
     let body = json!({"inputs": [{"name": "input-0", "shape": [1, 64], "datatype": "FP32", "data": data}]});
-    assert_eq!(err_value(body), "input 'input-0': shape [1, 64] needs 64 FP32 values, got 65");
+    assert_eq!(
+        err_value(body),
+        "input 'input-0': shape [1, 64] needs 64 FP32 values, got 65"
+    );
 
     let cases = [
-        ("FP32", json!([1, 2, 3, "abc"]), r#"input 'x': data element 3 is "abc", expected a number"#),
-        ("FP32", json!([[1, 2], [null, 4]]), "input 'x': data element 2 is null, expected a number"),
-        ("FP64", json!([{"a": 1}]), "input 'x': data element 0 is an object, expected a number"),
-        ("BOOL", json!([true, 1]), "input 'x': data element 1 is 1, expected true or false"),
-        ("BYTES", json!(["a", 5]), "input 'x': data element 1 is 5, expected a string"),
-        ("INT32", json!([1.5]), "input 'x': data element 0 is 1.5, expected an integer"),
-        ("INT32", json!([true]), "input 'x': data element 0 is true, expected an integer"),
-        ("UINT8", json!([300]), "input 'x': value 300 does not fit UINT8"),
-        ("UINT8", json!([-1]), "input 'x': value -1 does not fit UINT8"),
-        ("INT8", json!([-129]), "input 'x': value -129 does not fit INT8"),
-        ("UINT16", json!([65536]), "input 'x': value 65536 does not fit UINT16"),
-        ("INT16", json!([40000]), "input 'x': value 40000 does not fit INT16"),
-        ("UINT32", json!([4294967296u64]), "input 'x': value 4294967296 does not fit UINT32"),
-        ("INT32", json!([2147483648u64]), "input 'x': value 2147483648 does not fit INT32"),
-        ("INT64", json!([9223372036854775808u64]), "input 'x': value 9223372036854775808 does not fit INT64"),
-        ("UINT64", json!([-5]), "input 'x': value -5 does not fit UINT64"),
-        ("UINT64", json!([1e20]), "input 'x': value 1e+20 does not fit UINT64"),
-        ("INT64", json!([1e300]), "input 'x': value 1e+300 does not fit INT64"),
-        ("FP32", json!([1e39]), "input 'x': value 1e+39 does not fit FP32"),
+        (
+            "FP32",
+            json!([1, 2, 3, "abc"]),
+            r#"input 'x': data element 3 is "abc", expected a number"#,
+        ),
+        (
+            "FP32",
+            json!([[1, 2], [null, 4]]),
+            "input 'x': data element 2 is null, expected a number",
+        ),
+        (
+            "FP64",
+            json!([{"a": 1}]),
+            "input 'x': data element 0 is an object, expected a number",
+        ),
+        (
+            "BOOL",
+            json!([true, 1]),
+            "input 'x': data element 1 is 1, expected true or false",
+        ),
+        (
+            "BYTES",
+            json!(["a", 5]),
+            "input 'x': data element 1 is 5, expected a string",
+        ),
+        (
+            "INT32",
+            json!([1.5]),
+            "input 'x': data element 0 is 1.5, expected an integer",
+        ),
+        (
+            "INT32",
+            json!([true]),
+            "input 'x': data element 0 is true, expected an integer",
+        ),
+        (
+            "UINT8",
+            json!([300]),
+            "input 'x': value 300 does not fit UINT8",
+        ),
+        (
+            "UINT8",
+            json!([-1]),
+            "input 'x': value -1 does not fit UINT8",
+        ),
+        (
+            "INT8",
+            json!([-129]),
+            "input 'x': value -129 does not fit INT8",
+        ),
+        (
+            "UINT16",
+            json!([65536]),
+            "input 'x': value 65536 does not fit UINT16",
+        ),
+        (
+            "INT16",
+            json!([40000]),
+            "input 'x': value 40000 does not fit INT16",
+        ),
+        (
+            "UINT32",
+            json!([4294967296u64]),
+            "input 'x': value 4294967296 does not fit UINT32",
+        ),
+        (
+            "INT32",
+            json!([2147483648u64]),
+            "input 'x': value 2147483648 does not fit INT32",
+        ),
+        (
+            "INT64",
+            json!([9223372036854775808u64]),
+            "input 'x': value 9223372036854775808 does not fit INT64",
+        ),
+        (
+            "UINT64",
+            json!([-5]),
+            "input 'x': value -5 does not fit UINT64",
+        ),
+        (
+            "UINT64",
+            json!([1e20]),
+            "input 'x': value 1e+20 does not fit UINT64",
+        ),
+        (
+            "INT64",
+            json!([1e300]),
+            "input 'x': value 1e+300 does not fit INT64",
+        ),
+        (
+            "FP32",
+            json!([1e39]),
+            "input 'x': value 1e+39 does not fit FP32",
+        ),
     ];
     for (datatype, data, message) in cases {
         let n = data.as_array().map_or(1, |a| a.len()) as u64;
@@ -190,14 +358,19 @@ fn element_errors_name_the_element() {
     }
     // Literal too large for u64 parses as a float and is still a range error.
     assert_eq!(
-        err(r#"{"inputs":[{"name":"x","shape":[1],"datatype":"UINT64","data":[18446744073709551616]}]}"#),
+        err(
+            r#"{"inputs":[{"name":"x","shape":[1],"datatype":"UINT64","data":[18446744073709551616]}]}"#
+        ),
         "input 'x': value 1.8446744073709552e+19 does not fit UINT64"
     );
     // Long strings are shortened in messages.
     let long = "z".repeat(1000);
     assert_eq!(
         err_value(one_input("FP32", json!([1]), json!([long]))),
-        format!(r#"input 'x': data element 0 is "{}...", expected a number"#, "z".repeat(48))
+        format!(
+            r#"input 'x': data element 0 is "{}...", expected a number"#,
+            "z".repeat(48)
+        )
     );
 }
 
@@ -281,9 +454,18 @@ fn broken_json_reports_its_position() {
         err(r#"{"inputs": [1,}"#),
         "invalid JSON at line 1 column 15: expected value"
     );
-    assert_eq!(err(r#"{"inputs": [{"name": "x", "#), "invalid JSON at line 1 column 26: EOF while parsing a value");
-    assert_eq!(err("{\"inputs\": []}\n  x"), "invalid JSON at line 2 column 3: trailing characters");
-    assert_eq!(err(""), "invalid JSON at line 1 column 0: EOF while parsing a value");
+    assert_eq!(
+        err(r#"{"inputs": [{"name": "x", "#),
+        "invalid JSON at line 1 column 26: EOF while parsing a value"
+    );
+    assert_eq!(
+        err("{\"inputs\": []}\n  x"),
+        "invalid JSON at line 2 column 3: trailing characters"
+    );
+    assert_eq!(
+        err(""),
+        "invalid JSON at line 1 column 0: EOF while parsing a value"
+    );
     assert_eq!(
         err(r#"{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[NaN]}]}"#),
         "invalid JSON at line 1 column 62: expected value"
@@ -300,16 +482,25 @@ fn broken_json_reports_its_position() {
 #[test]
 fn huge_declared_shapes_are_rejected_without_allocating() {
     assert_eq!(
-        err_value(one_input("FP32", json!([1_000_000_000_000u64]), json!([1.0]))),
+        err_value(one_input(
+            "FP32",
+            json!([1_000_000_000_000u64]),
+            json!([1.0])
+        )),
         "input 'x': shape [1000000000000] needs 1000000000000 FP32 values, got 1"
     );
     assert_eq!(
-        err_value(one_input("BYTES", json!([1_000_000_000_000u64]), json!(["a"]))),
+        err_value(one_input(
+            "BYTES",
+            json!([1_000_000_000_000u64]),
+            json!(["a"])
+        )),
         "input 'x': shape [1000000000000] needs 1000000000000 BYTES values, got 1"
     );
-    let header = json!({"inputs": [{"name": "x", "shape": [1_000_000_000_000u64], "datatype": "FP64",
+    let header =
+        json!({"inputs": [{"name": "x", "shape": [1_000_000_000_000u64], "datatype": "FP64",
         "parameters": {"binary_data_size": 8}}]})
-    .to_string();
+        .to_string();
     let mut body = header.clone().into_bytes();
     body.extend_from_slice(&1.0f64.to_le_bytes());
     assert_eq!(
@@ -349,7 +540,12 @@ fn binary_inputs_mix_with_json_inputs() {
         request.inputs,
         vec![
             tensor("a", DataType::Fp32, &[2, 2], a),
-            tensor("j", DataType::Int16, &[3], le(&[1i16, -2, 3], i16::to_le_bytes)),
+            tensor(
+                "j",
+                DataType::Int16,
+                &[3],
+                le(&[1i16, -2, 3], i16::to_le_bytes)
+            ),
             tensor("s", DataType::Bytes, &[2], s),
         ]
     );
@@ -361,8 +557,14 @@ fn binary_inputs_mix_with_json_inputs() {
     assert_eq!(
         request.outputs,
         vec![
-            RequestedOutput { name: "s".into(), binary_data: None },
-            RequestedOutput { name: "a".into(), binary_data: Some(false) },
+            RequestedOutput {
+                name: "s".into(),
+                binary_data: None
+            },
+            RequestedOutput {
+                name: "a".into(),
+                binary_data: Some(false)
+            },
         ]
     );
 
@@ -388,7 +590,11 @@ fn binary_size_errors() {
         let (body, len) = binary_body(&header, tail);
         decode_request(&body, Some(len)).unwrap_err().to_string()
     };
-    assert!(decode_request(&binary_body(&header(8, 6, 1), &tail).0, Some(header(8, 6, 1).to_string().len())).is_ok());
+    assert!(decode_request(
+        &binary_body(&header(8, 6, 1), &tail).0,
+        Some(header(8, 6, 1).to_string().len())
+    )
+    .is_ok());
     assert_eq!(
         decode_err(header(8, 6, 1), &tail[..13]),
         "binary data after the JSON header is 13 bytes but the inputs' binary_data_size add up to 14"
@@ -415,7 +621,10 @@ fn binary_size_errors() {
     );
     let both = json!({"inputs": [{"name": "a", "shape": [1], "datatype": "FP32", "data": [1],
         "parameters": {"binary_data_size": 4}}]});
-    assert_eq!(decode_err(both, &[0; 4]), "input 'a': has both \"data\" and parameters.binary_data_size");
+    assert_eq!(
+        decode_err(both, &[0; 4]),
+        "input 'a': has both \"data\" and parameters.binary_data_size"
+    );
     // No binary inputs, but bytes after the JSON.
     let plain = json!({"inputs": [{"name": "j", "shape": [1], "datatype": "INT16", "data": [1]}]});
     assert_eq!(
@@ -429,14 +638,20 @@ fn header_length_past_the_body_is_rejected() {
     let body = br#"{"inputs":[]}"#;
     assert_eq!(
         decode_request(body, Some(100)).unwrap_err(),
-        ProtocolError::HeaderLengthExceedsBody { header_len: 100, body_len: 13 }
+        ProtocolError::HeaderLengthExceedsBody {
+            header_len: 100,
+            body_len: 13
+        }
     );
     assert_eq!(
         decode_request(body, Some(100)).unwrap_err().to_string(),
         "Inference-Header-Content-Length is 100 but the body has only 13 bytes"
     );
     // A header length that cuts the JSON short is a JSON error.
-    assert!(decode_request(body, Some(5)).unwrap_err().to_string().starts_with("invalid JSON"));
+    assert!(decode_request(body, Some(5))
+        .unwrap_err()
+        .to_string()
+        .starts_with("invalid JSON"));
 }
 
 #[test]
@@ -446,7 +661,9 @@ fn request_parameters_helpers() {
         request.timeout_us().unwrap_err().to_string(),
         "request: parameter \"timeout\" must be a non-negative integer (microseconds), got -3"
     );
-    let request = decode(r#"{"inputs":[],"outputs":[{"name":"y","parameters":{"binary_data":true}}]}"#).unwrap();
+    let request =
+        decode(r#"{"inputs":[],"outputs":[{"name":"y","parameters":{"binary_data":true}}]}"#)
+            .unwrap();
     assert_eq!(request.timeout_us(), Ok(None));
     assert!(request.binary_output("y"));
     assert!(!request.binary_output("z"));
@@ -461,15 +678,24 @@ fn unknown_fields_are_ignored() {
         r#"{"extra":[1,{"a":2}],"inputs":[{"name":"x","shape":[1],"datatype":"BOOL","data":[false],"comment":"hi"}]}"#,
     )
     .unwrap();
-    assert_eq!(request.inputs, vec![tensor("x", DataType::Bool, &[1], vec![0])]);
+    assert_eq!(
+        request.inputs,
+        vec![tensor("x", DataType::Bool, &[1], vec![0])]
+    );
 }
 
 #[test]
 fn escaped_strings_and_keys_decode() {
-    let request = decode(r#"{"inputs":[{"n\u0061me":"x\"y","shape":[1],"datatype":"BYTES","data":["a\nb\u00e9"]}]}"#).unwrap();
+    let request = decode(
+        r#"{"inputs":[{"n\u0061me":"x\"y","shape":[1],"datatype":"BYTES","data":["a\nb\u00e9"]}]}"#,
+    )
+    .unwrap();
     let mut bytes = Vec::new();
     push_bytes_element(&mut bytes, "a\nbé".as_bytes());
-    assert_eq!(request.inputs, vec![tensor("x\"y", DataType::Bytes, &[1], bytes)]);
+    assert_eq!(
+        request.inputs,
+        vec![tensor("x\"y", DataType::Bytes, &[1], bytes)]
+    );
 }
 
 #[test]
@@ -477,4 +703,108 @@ fn zero_sized_tensors() {
     let request = decode_value(one_input("FP32", json!([0, 4]), json!([]))).unwrap();
     assert_eq!(request.inputs[0].shape, vec![0, 4]);
     assert!(request.inputs[0].data.is_empty());
+}
+
+/// Pseudo-random bit patterns (xorshift), skipping non-finite values JSON cannot carry.
+fn pseudo_random_bits(count: usize) -> impl Iterator<Item = u64> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    std::iter::repeat_with(move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    })
+    .take(count)
+}
+
+#[test]
+fn floats_round_trip_bit_exactly_through_json() {
+    let f64s: Vec<f64> = pseudo_random_bits(20_000)
+        .map(f64::from_bits)
+        .filter(|v| v.is_finite())
+        .collect();
+    let f32s: Vec<f32> = pseudo_random_bits(20_000)
+        .map(|b| f32::from_bits(b as u32))
+        .filter(|v| v.is_finite())
+        .collect();
+    let outputs = [
+        tensor(
+            "d",
+            DataType::Fp64,
+            &[f64s.len() as u64],
+            le(&f64s, f64::to_le_bytes),
+        ),
+        tensor(
+            "f",
+            DataType::Fp32,
+            &[f32s.len() as u64],
+            le(&f32s, f32::to_le_bytes),
+        ),
+    ];
+    let response = encode_response("m", "1", None, &outputs, &OutputOptions::default());
+    let body: Value = serde_json::from_slice(&response.body).unwrap();
+    let request = decode_value(json!({"inputs": body["outputs"]})).unwrap();
+    let back_f64: Vec<f64> = request.inputs[0]
+        .data
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let back_f32: Vec<f32> = request.inputs[1]
+        .data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let bad_f64: Vec<(f64, f64)> = f64s
+        .iter()
+        .zip(&back_f64)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .map(|(a, b)| (*a, *b))
+        .collect();
+    let bad_f32: Vec<(f32, f32)> = f32s
+        .iter()
+        .zip(&back_f32)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .map(|(a, b)| (*a, *b))
+        .collect();
+    assert_eq!(back_f64.len(), f64s.len());
+    assert_eq!(back_f32.len(), f32s.len());
+    assert!(
+        bad_f64.is_empty(),
+        "{} FP64 mismatches, e.g. {:?}",
+        bad_f64.len(),
+        &bad_f64[..bad_f64.len().min(5)]
+    );
+    assert!(
+        bad_f32.is_empty(),
+        "{} FP32 mismatches, e.g. {:?}",
+        bad_f32.len(),
+        &bad_f32[..bad_f32.len().min(5)]
+    );
+}
+
+#[test]
+fn every_finite_fp16_round_trips_through_json() {
+    let halves: Vec<f16> = (0..=u16::MAX)
+        .map(f16::from_bits)
+        .filter(|h| h.is_finite())
+        .collect();
+    let output = tensor(
+        "h",
+        DataType::Fp16,
+        &[halves.len() as u64],
+        le(&halves, f16::to_le_bytes),
+    );
+    let response = encode_response(
+        "m",
+        "1",
+        None,
+        std::slice::from_ref(&output),
+        &OutputOptions::default(),
+    );
+    let body: Value = serde_json::from_slice(&response.body).unwrap();
+    let request = decode_value(json!({"inputs": body["outputs"]})).unwrap();
+    assert!(
+        request.inputs[0] == output,
+        "FP16 values changed through JSON"
+    );
 }

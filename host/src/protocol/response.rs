@@ -42,12 +42,18 @@ impl OutputOptions {
     /// outputs the model did not produce are left out (see [`OutputOptions::missing`]).
     pub fn select<'a>(&self, outputs: &'a [Tensor]) -> Vec<(&'a Tensor, bool)> {
         if self.requested.is_empty() {
-            return outputs.iter().map(|t| (t, self.binary_by_default)).collect();
+            return outputs
+                .iter()
+                .map(|t| (t, self.binary_by_default))
+                .collect();
         }
         self.requested
             .iter()
             .filter_map(|(name, binary)| {
-                outputs.iter().find(|t| &t.name == name).map(|t| (t, *binary))
+                outputs
+                    .iter()
+                    .find(|t| &t.name == name)
+                    .map(|t| (t, *binary))
             })
             .collect()
     }
@@ -133,7 +139,11 @@ pub fn encode_response(
             .collect(),
     };
     let mut body = to_json(&json);
-    let binary: Vec<&Tensor> = selected.iter().filter(|(_, b)| *b).map(|(t, _)| *t).collect();
+    let binary: Vec<&Tensor> = selected
+        .iter()
+        .filter(|(_, b)| *b)
+        .map(|(t, _)| *t)
+        .collect();
     if binary.is_empty() {
         return EncodedResponse {
             body,
@@ -179,7 +189,11 @@ impl Serialize for ItemJson<'_> {
                 map.serialize_entry("outputs", &outputs)?;
             }
             ItemResult::Err { status, message } => {
-                let status = if (400..=599).contains(status) { *status } else { 500 };
+                let status = if (400..=599).contains(status) {
+                    *status
+                } else {
+                    500
+                };
                 map.serialize_entry("status", &status)?;
                 map.serialize_entry("error", message)?;
             }
@@ -217,8 +231,9 @@ pub fn encode_error(message: &str) -> Vec<u8> {
 /// Serializes a body. Our `Serialize` impls cannot fail (string keys, no custom errors),
 /// but should that ever change the client still gets a well-formed V2 error.
 fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
-    serde_json::to_vec(value)
-        .unwrap_or_else(|_| br#"{"error":"internal error: response could not be encoded"}"#.to_vec())
+    serde_json::to_vec(value).unwrap_or_else(|_| {
+        br#"{"error":"internal error: response could not be encoded"}"#.to_vec()
+    })
 }
 
 #[cfg(test)]

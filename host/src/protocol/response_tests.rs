@@ -35,7 +35,13 @@ fn json_of(body: &[u8]) -> Value {
 #[test]
 fn json_response_lists_all_outputs_flat() {
     let outputs = [fp32("y", &[2, 2], &[1.0, 0.5, -0.25, 1e-3])];
-    let r = encode_response("digits", "1", Some("req-7"), &outputs, &OutputOptions::default());
+    let r = encode_response(
+        "digits",
+        "1",
+        Some("req-7"),
+        &outputs,
+        &OutputOptions::default(),
+    );
     assert_eq!(r.json_header_len, None);
     assert_eq!(
         String::from_utf8(r.body).unwrap(),
@@ -72,15 +78,30 @@ fn binary_response_puts_bytes_after_the_json() {
     };
     let r = encode_response("m", "2", None, &[a.clone(), s.clone()], &all);
     let len = r.json_header_len.unwrap();
-    assert_eq!(&r.body[len..], [a.data.as_slice(), s.data.as_slice()].concat().as_slice());
-    assert_eq!(json_of(&r.body[..len])["outputs"][0]["parameters"]["binary_data_size"], json!(8));
+    assert_eq!(
+        &r.body[len..],
+        [a.data.as_slice(), s.data.as_slice()].concat().as_slice()
+    );
+    assert_eq!(
+        json_of(&r.body[..len])["outputs"][0]["parameters"]["binary_data_size"],
+        json!(8)
+    );
 }
 
 #[test]
 fn non_utf8_bytes_are_lossy_in_json_and_exact_in_binary() {
     let s = bytes("s", &[b"\xff\xfeab", "é".as_bytes()]);
-    let r = encode_response("m", "1", None, std::slice::from_ref(&s), &OutputOptions::default());
-    assert_eq!(json_of(&r.body)["outputs"][0]["data"], json!(["\u{fffd}\u{fffd}ab", "é"]));
+    let r = encode_response(
+        "m",
+        "1",
+        None,
+        std::slice::from_ref(&s),
+        &OutputOptions::default(),
+    );
+    assert_eq!(
+        json_of(&r.body)["outputs"][0]["data"],
+        json!(["\u{fffd}\u{fffd}ab", "é"])
+    );
 
     // A binary BYTES request round-trips byte-exactly through a binary response.
     let header = json!({"inputs": [{"name": "s", "shape": [2], "datatype": "BYTES",
@@ -115,7 +136,11 @@ fn options_follow_the_request() {
     let outputs = vec![fp32("a", &[1], &[1.0]), fp32("c", &[1], &[3.0])];
     assert_eq!(options.missing(&outputs), Some("b"));
     assert_eq!(options.select(&outputs), vec![(&outputs[0], false)]);
-    let both = vec![fp32("a", &[1], &[1.0]), fp32("b", &[1], &[2.0]), fp32("c", &[1], &[3.0])];
+    let both = vec![
+        fp32("a", &[1], &[1.0]),
+        fp32("b", &[1], &[2.0]),
+        fp32("c", &[1], &[3.0]),
+    ];
     assert_eq!(options.missing(&both), None);
     let names: Vec<String> = options.filter(both).into_iter().map(|t| t.name).collect();
     assert_eq!(names, ["b", "a"]);
@@ -126,7 +151,10 @@ fn options_follow_the_request() {
 fn non_finite_floats_become_null_in_json() {
     let t = fp32("y", &[3], &[f32::NAN, f32::INFINITY, 1.0]);
     let r = encode_response("m", "1", None, &[t], &OutputOptions::default());
-    assert_eq!(json_of(&r.body)["outputs"][0]["data"], json!([null, null, 1.0]));
+    assert_eq!(
+        json_of(&r.body)["outputs"][0]["data"],
+        json!([null, null, 1.0])
+    );
 }
 
 #[test]
@@ -153,18 +181,30 @@ fn multi_status_lists_every_item() {
         )
     );
     let body = encode_multi_status("digits", "1", None, &[]);
-    assert_eq!(json_of(&body), json!({"model_name": "digits", "model_version": "1", "results": []}));
+    assert_eq!(
+        json_of(&body),
+        json!({"model_name": "digits", "model_version": "1", "results": []})
+    );
 }
 
 #[test]
 fn error_body_escapes_the_message() {
-    assert_eq!(encode_error("bad \"x\"\n"), br#"{"error":"bad \"x\"\n"}"#.to_vec());
+    assert_eq!(
+        encode_error("bad \"x\"\n"),
+        br#"{"error":"bad \"x\"\n"}"#.to_vec()
+    );
 }
 
 #[test]
 fn fp16_prints_shortest() {
     use half::f16;
-    for (v, text) in [(0.1f32, "0.1"), (65504.0, "65500.0"), (-2.5, "-2.5"), (6e-8, "6e-8"), (0.3333, "0.3333")] {
+    for (v, text) in [
+        (0.1f32, "0.1"),
+        (65504.0, "65500.0"),
+        (-2.5, "-2.5"),
+        (6e-8, "6e-8"),
+        (0.3333, "0.3333"),
+    ] {
         let h = f16::from_f32(v);
         let printed = serde_json::to_string(&super::super::tensor_json::shortest_f16(h)).unwrap();
         assert_eq!(printed, text, "{v}");

@@ -119,14 +119,26 @@ impl StageTemplate {
         let bytes = std::fs::read(file).map_err(|e| load_error(format!("cannot read: {e}")))?;
         let component = super::compile::compile(runtime, &bytes).map_err(load_error)?;
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(|e| {
-            load_error(format!("cannot link (imports something the sandbox does not offer?): {e:#}"))
+            load_error(format!(
+                "cannot link (imports something the sandbox does not offer?): {e:#}"
+            ))
         })?;
-        let wrong_world =
-            |e: wasmtime::Error| load_error(format!("does not implement the `{}` world: {e:#}", kind.world()));
+        let wrong_world = |e: wasmtime::Error| {
+            load_error(format!(
+                "does not implement the `{}` world: {e:#}",
+                kind.world()
+            ))
+        };
         let pre = match kind {
-            StageKind::Preprocess => Pre::Preprocess(PreprocessorPre::new(instance_pre).map_err(wrong_world)?),
-            StageKind::Predict => Pre::Predict(PredictorPre::new(instance_pre).map_err(wrong_world)?),
-            StageKind::Postprocess => Pre::Postprocess(PostprocessorPre::new(instance_pre).map_err(wrong_world)?),
+            StageKind::Preprocess => {
+                Pre::Preprocess(PreprocessorPre::new(instance_pre).map_err(wrong_world)?)
+            }
+            StageKind::Predict => {
+                Pre::Predict(PredictorPre::new(instance_pre).map_err(wrong_world)?)
+            }
+            StageKind::Postprocess => {
+                Pre::Postprocess(PostprocessorPre::new(instance_pre).map_err(wrong_world)?)
+            }
         };
         let parameters = parameters
             .iter()
@@ -153,15 +165,29 @@ impl StageTemplate {
 
     /// A fresh instance, initialised with the model's parameters.
     pub fn instantiate(self: &Arc<Self>) -> Result<StageInstance, RuntimeError> {
-        let mut store = new_store(self.runtime.engine(), &self.model_dir, self.tag.clone(), self.limits)?;
+        let mut store = new_store(
+            self.runtime.engine(),
+            &self.model_dir,
+            self.tag.clone(),
+            self.limits,
+        )?;
         let init_error = |reason: String| RuntimeError::Init {
             file: self.file.clone(),
             reason,
         };
         let exports = match &self.pre {
-            Pre::Preprocess(pre) => Exports::Preprocess(pre.instantiate(&mut store).map_err(|e| init_error(format!("{e:#}")))?),
-            Pre::Predict(pre) => Exports::Predict(pre.instantiate(&mut store).map_err(|e| init_error(format!("{e:#}")))?),
-            Pre::Postprocess(pre) => Exports::Postprocess(pre.instantiate(&mut store).map_err(|e| init_error(format!("{e:#}")))?),
+            Pre::Preprocess(pre) => Exports::Preprocess(
+                pre.instantiate(&mut store)
+                    .map_err(|e| init_error(format!("{e:#}")))?,
+            ),
+            Pre::Predict(pre) => Exports::Predict(
+                pre.instantiate(&mut store)
+                    .map_err(|e| init_error(format!("{e:#}")))?,
+            ),
+            Pre::Postprocess(pre) => Exports::Postprocess(
+                pre.instantiate(&mut store)
+                    .map_err(|e| init_error(format!("{e:#}")))?,
+            ),
         };
         let mut instance = StageInstance {
             template: self.clone(),
@@ -198,7 +224,10 @@ impl StageInstance {
     ///
     /// The answer is not checked here: the pipeline owns contract checks.
     pub fn map_items(&mut self, items: Vec<Item>) -> Result<Vec<Result<Item, ItemError>>, Trapped> {
-        let items: Vec<Vec<wit::Tensor>> = items.into_iter().map(|item| item.into_iter().map(to_wit).collect()).collect();
+        let items: Vec<Vec<wit::Tensor>> = items
+            .into_iter()
+            .map(|item| item.into_iter().map(to_wit).collect())
+            .collect();
         let answer = self.call(|exports, store| match exports {
             Exports::Preprocess(e) => e.call_preprocess(store, &items),
             Exports::Postprocess(e) => e.call_postprocess(store, &items),
@@ -215,20 +244,27 @@ impl StageInstance {
     }
 
     /// Runs predict on a batch; `Ok(Err(_))` is the plugin failing the whole batch.
-    pub fn predict(&mut self, batch: Vec<Tensor>) -> Result<Result<Prediction, ItemError>, Trapped> {
+    pub fn predict(
+        &mut self,
+        batch: Vec<Tensor>,
+    ) -> Result<Result<Prediction, ItemError>, Trapped> {
         let batch: Vec<wit::Tensor> = batch.into_iter().map(to_wit).collect();
         let answer = self.call(|exports, store| match exports {
             Exports::Predict(e) => e.call_predict(store, &batch),
-            _ => Err(wasmtime::Error::msg("predict called on a non-predict stage")),
+            _ => Err(wasmtime::Error::msg(
+                "predict called on a non-predict stage",
+            )),
         })?;
-        Ok(answer.map(|p| Prediction {
-            outputs: p.outputs.into_iter().map(from_wit).collect(),
-            failures: p
-                .failures
-                .into_iter()
-                .map(|f| (f.index, from_wit_error(f.error)))
-                .collect(),
-        }).map_err(from_wit_error))
+        Ok(answer
+            .map(|p| Prediction {
+                outputs: p.outputs.into_iter().map(from_wit).collect(),
+                failures: p
+                    .failures
+                    .into_iter()
+                    .map(|f| (f.index, from_wit_error(f.error)))
+                    .collect(),
+            })
+            .map_err(from_wit_error))
     }
 
     /// Arms the deadline, makes one call, and forwards the guest's output to the log.
@@ -236,19 +272,33 @@ impl StageInstance {
         &mut self,
         f: impl FnOnce(&Exports, &mut Store<StoreState>) -> wasmtime::Result<R>,
     ) -> Result<R, Trapped> {
-        self.store.set_epoch_deadline(self.template.limits.deadline_ticks);
+        self.store
+            .set_epoch_deadline(self.template.limits.deadline_ticks);
         let result = f(&self.exports, &mut self.store);
         let output = self.store.data().take_output();
         let tag = self.store.data().tag();
         if !output.is_empty() {
-            tracing::info!(model = &*tag.model, version = &*tag.version, stage = tag.stage, "plugin output: {}", output.trim_end());
+            tracing::info!(
+                model = &*tag.model,
+                version = &*tag.version,
+                stage = tag.stage,
+                "plugin output: {}",
+                output.trim_end()
+            );
         }
-        result.map_err(|error| describe_trap(self.template.kind, &self.template.limits, &error, &output))
+        result.map_err(|error| {
+            describe_trap(self.template.kind, &self.template.limits, &error, &output)
+        })
     }
 }
 
 /// Turns a wasmtime error into the message an item's client reads.
-fn describe_trap(kind: StageKind, limits: &SandboxLimits, error: &wasmtime::Error, output: &str) -> Trapped {
+fn describe_trap(
+    kind: StageKind,
+    limits: &SandboxLimits,
+    error: &wasmtime::Error,
+    output: &str,
+) -> Trapped {
     let trap = error.downcast_ref::<Trap>().copied();
     let deadline = trap == Some(Trap::Interrupt);
     let mut message = if deadline {
@@ -260,17 +310,74 @@ fn describe_trap(kind: StageKind, limits: &SandboxLimits, error: &wasmtime::Erro
     } else {
         format!("{} trapped: {}", kind.name(), error.root_cause())
     };
-    let output = output.trim();
+    let output = guest_output_for_clients(output);
     if !output.is_empty() {
         message.push_str("; plugin output: ");
-        message.push_str(output);
+        message.push_str(&output);
     }
     if let Some(backtrace) = error.downcast_ref::<WasmBacktrace>() {
-        let names: Vec<&str> = backtrace.frames().iter().filter_map(|f| f.func_name()).take(12).collect();
+        let names: Vec<String> = backtrace
+            .frames()
+            .iter()
+            .filter_map(|f| f.func_name())
+            .map(|name| format!("{:#}", rustc_demangle::demangle(name)))
+            .filter(|name| !is_runtime_frame(name))
+            .take(8)
+            .collect();
         if !names.is_empty() {
             message.push_str("; wasm backtrace: ");
             message.push_str(&names.join(" <- "));
         }
     }
     Trapped { message, deadline }
+}
+
+/// The guest's output without the Rust runtime's hint about RUST_BACKTRACE, which a
+/// client cannot act on.
+fn guest_output_for_clients(output: &str) -> String {
+    output
+        .lines()
+        .filter(|line| !line.starts_with("note: run with `RUST_BACKTRACE=1`"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_string()
+}
+
+/// Frames of the guest's language runtime (panic machinery, allocator, abort), which say
+/// nothing about where the plugin failed.
+fn is_runtime_frame(name: &str) -> bool {
+    const RUNTIME: [&str; 7] = [
+        "std::",
+        "core::",
+        "alloc::",
+        "__rustc::",
+        "__rust",
+        "abort",
+        "rust_panic",
+    ];
+    RUNTIME.iter().any(|prefix| name.starts_with(prefix))
+        || name.starts_with('<') && name.contains(" as core::")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_frames_are_recognised() {
+        assert!(is_runtime_frame("std::panicking::panic_with_hook"));
+        assert!(is_runtime_frame("__rustc::rust_begin_unwind"));
+        assert!(!is_runtime_frame("faulty::predict_item"));
+        assert!(!is_runtime_frame("predict"));
+    }
+
+    #[test]
+    fn backtrace_hint_is_dropped() {
+        let out = "thread panicked at x.rs:1:2:\nboom\nnote: run with `RUST_BACKTRACE=1` environment variable\n";
+        assert_eq!(
+            guest_output_for_clients(out),
+            "thread panicked at x.rs:1:2:\nboom"
+        );
+    }
 }

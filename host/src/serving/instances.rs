@@ -41,10 +41,17 @@ pub fn spawn_workers(
         .collect()
 }
 
-fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, stats: Arc<ModelStats>) {
+fn work(
+    mut pipeline: PipelineInstance,
+    jobs: crossbeam_channel::Receiver<Job>,
+    stats: Arc<ModelStats>,
+) {
     while let Ok(Job { items, instance }) = jobs.recv() {
         // A client may have gone while the batch waited for this thread.
-        let (items, replies): (Vec<Item>, Vec<_>) = items.into_iter().filter(|(_, reply)| !reply.is_closed()).unzip();
+        let (items, replies): (Vec<Item>, Vec<_>) = items
+            .into_iter()
+            .filter(|(_, reply)| !reply.is_closed())
+            .unzip();
         if items.is_empty() {
             continue;
         }
@@ -52,9 +59,15 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
         stats.items.fetch_add(items.len() as u64, Ordering::Relaxed);
         let traps_before = pipeline.traps();
         let outcomes = pipeline.run(items);
-        stats.traps.fetch_add(pipeline.traps() - traps_before, Ordering::Relaxed);
+        stats
+            .traps
+            .fetch_add(pipeline.traps() - traps_before, Ordering::Relaxed);
         for (reply, outcome) in replies.into_iter().zip(outcomes) {
-            let counter = if outcome.is_ok() { &stats.items_ok } else { &stats.items_failed };
+            let counter = if outcome.is_ok() {
+                &stats.items_ok
+            } else {
+                &stats.items_failed
+            };
             counter.fetch_add(1, Ordering::Relaxed);
             // The client may have gone meanwhile; its answer has nowhere to go.
             let _ = reply.send(outcome);

@@ -101,7 +101,11 @@ impl Repository {
             }
             Err(error) => {
                 tracing::error!(model = name, "model failed to load: {error}");
-                let state = if previous.is_some() { ModelState::Ready } else { ModelState::Unavailable };
+                let state = if previous.is_some() {
+                    ModelState::Ready
+                } else {
+                    ModelState::Unavailable
+                };
                 let reason = Some(error.to_string());
                 (
                     Entry {
@@ -128,7 +132,11 @@ impl Repository {
 
     /// Every known model and its state, sorted by name.
     pub fn index(&self) -> Vec<(String, Entry)> {
-        self.entries.load().iter().map(|(n, e)| (n.clone(), e.clone())).collect()
+        self.entries
+            .load()
+            .iter()
+            .map(|(n, e)| (n.clone(), e.clone()))
+            .collect()
     }
 
     /// Whether every known model has a live version.
