@@ -16,8 +16,7 @@ struct Case {
 
 fn cases() -> Vec<Case> {
     let dir = common::root().join("tests/data/digits");
-    let requests =
-        std::fs::read_to_string(dir.join("test_requests.jsonl")).expect("test_requests.jsonl");
+    let requests = std::fs::read_to_string(dir.join("test_requests.jsonl")).expect("test_requests.jsonl");
     let oracle = std::fs::read_to_string(dir.join("test_oracle.jsonl")).expect("test_oracle.jsonl");
     requests
         .lines()
@@ -46,10 +45,7 @@ fn assert_matches(case: &Case, label: i64, proba: &[f32], context: &str) {
     assert_eq!(label, case.predict, "{context}: label");
     assert_eq!(proba.len(), 10, "{context}: probabilities");
     for (got, want) in proba.iter().zip(&case.proba) {
-        assert!(
-            (got - want).abs() <= 1e-5,
-            "{context}: probability {got} vs {want}"
-        );
+        assert!((got - want).abs() <= 1e-5, "{context}: probability {got} vs {want}");
     }
 }
 
@@ -60,9 +56,7 @@ fn repository() -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_450_json_requests_match_the_oracle() {
     let server = TestServer::start(&repository()).await;
-    let requests =
-        std::fs::read_to_string(common::root().join("tests/data/digits/test_requests.jsonl"))
-            .unwrap();
+    let requests = std::fs::read_to_string(common::root().join("tests/data/digits/test_requests.jsonl")).unwrap();
     for (line, case) in requests.lines().zip(cases()) {
         let (status, body) = server.post_raw(INFER, line.as_bytes().to_vec(), None).await;
         assert_eq!(status, 200, "{body}");
@@ -96,9 +90,7 @@ fn binary_outputs(header: &Value, tail: &[u8]) -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .iter()
         .map(|o| {
-            let size = o["parameters"]["binary_data_size"]
-                .as_u64()
-                .expect("binary_data_size") as usize;
+            let size = o["parameters"]["binary_data_size"].as_u64().expect("binary_data_size") as usize;
             let bytes = tail[at..at + size].to_vec();
             at += size;
             (o["name"].as_str().unwrap().to_string(), bytes)
@@ -153,10 +145,7 @@ async fn multi_item_requests_in_both_shapes() {
             assert_eq!(status, 200, "{body}");
             let labels = output(&body, "label")["data"].as_array().unwrap().clone();
             let proba = output_f32(&body, "probabilities");
-            assert_eq!(
-                output(&body, "probabilities")["shape"],
-                json!([chunk.len(), 10])
-            );
+            assert_eq!(output(&body, "probabilities")["shape"], json!([chunk.len(), 10]));
             for (i, case) in chunk.iter().enumerate() {
                 assert_matches(
                     case,
@@ -192,20 +181,12 @@ async fn one_invalid_item_fails_alone() {
         if i == 2 {
             assert_eq!(result["status"], 400, "{result}");
             let error = result["error"].as_str().unwrap();
-            assert!(
-                error.contains("input-0[5]") && error.contains("99"),
-                "{error}"
-            );
+            assert!(error.contains("input-0[5]") && error.contains("99"), "{error}");
         } else {
             assert_eq!(result["status"], 200, "{result}");
             let label = output(result, "label")["data"][0].as_i64().unwrap();
             assert_eq!(output(result, "label")["shape"], json!([1, 1]));
-            assert_matches(
-                &cases[i],
-                label,
-                &output_f32(result, "probabilities"),
-                "neighbour",
-            );
+            assert_matches(&cases[i], label, &output_f32(result, "probabilities"), "neighbour");
         }
     }
     let (status, body) = server
@@ -215,10 +196,7 @@ async fn one_invalid_item_fails_alone() {
         )
         .await;
     assert_eq!(status, 400, "{body}");
-    assert!(
-        body["error"].as_str().unwrap().contains("pixel value 99"),
-        "{body}"
-    );
+    assert!(body["error"].as_str().unwrap().contains("pixel value 99"), "{body}");
     server.stop().await;
 }
 
@@ -250,26 +228,14 @@ async fn health_and_metadata() {
     );
     assert_eq!(server.get("/v2/models/digits/versions/1").await.0, 200);
     assert_eq!(server.get("/v2/models/digits/ready").await.0, 200);
-    assert_eq!(
-        server.get("/v2/models/digits/versions/1/ready").await.0,
-        200
-    );
+    assert_eq!(server.get("/v2/models/digits/versions/1/ready").await.0, 200);
 
     let (status, body) = server.get("/v2/models/nope").await;
     assert_eq!(status, 404);
     assert!(body["error"].as_str().unwrap().contains("nope"));
     assert_eq!(server.get("/v2/models/digits/versions/7").await.0, 404);
-    assert_eq!(
-        server.get("/v2/models/digits/versions/7/ready").await.0,
-        404
-    );
-    assert_eq!(
-        server
-            .post_json("/v2/models/nope/infer", &json!({}))
-            .await
-            .0,
-        404
-    );
+    assert_eq!(server.get("/v2/models/digits/versions/7/ready").await.0, 404);
+    assert_eq!(server.post_json("/v2/models/nope/infer", &json!({})).await.0, 404);
     let pixels = vec![0.0f32; 64];
     let (status, _) = server
         .post_json(
@@ -300,23 +266,14 @@ async fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
             "63",
         ),
         (
-            serde_json::to_vec(&request(
-                "input-0",
-                "FP32",
-                &[1, 8, 7],
-                json!(vec![1.0; 56]),
-            ))
-            .unwrap(),
+            serde_json::to_vec(&request("input-0", "FP32", &[1, 8, 7], json!(vec![1.0; 56]))).unwrap(),
             "[1, 8, 7]",
         ),
         (
             serde_json::to_vec(&request("input-0", "FP33", &[1, 64], pixels.clone())).unwrap(),
             "FP33",
         ),
-        (
-            serde_json::to_vec(&json!({"inputs": []})).unwrap(),
-            "input-0",
-        ),
+        (serde_json::to_vec(&json!({"inputs": []})).unwrap(), "input-0"),
     ];
     for (body, needle) in bad {
         let (status, answer) = server.post_raw(INFER, body, None).await;
@@ -324,10 +281,7 @@ async fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
         let message = answer["error"]
             .as_str()
             .unwrap_or_else(|| panic!("no error in {answer}"));
-        assert!(
-            message.contains(needle),
-            "{message:?} should mention {needle:?}"
-        );
+        assert!(message.contains(needle), "{message:?} should mention {needle:?}");
     }
     // Oversized body: 65 MiB against the 64 MiB default.
     let huge = vec![b' '; 65 * 1024 * 1024];

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use digits_model::{forward, Weights, CLASSES, INPUTS};
-use tensorplug::runtime::{
-    deadline_ticks, Runtime, SandboxLimits, StageKind, StageTag, StageTemplate,
-};
+use tensorplug::runtime::{deadline_ticks, Runtime, SandboxLimits, StageKind, StageTag, StageTemplate};
 use tensorplug::tensor::{DataType, Tensor};
 
 fn root() -> PathBuf {
@@ -21,8 +19,7 @@ fn root() -> PathBuf {
 
 /// The first `n` test images, flattened.
 fn images(n: usize) -> Vec<f32> {
-    let text = std::fs::read_to_string(root().join("tests/data/digits/test_requests.jsonl"))
-        .expect("test requests");
+    let text = std::fs::read_to_string(root().join("tests/data/digits/test_requests.jsonl")).expect("test requests");
     text.lines()
         .take(n)
         .flat_map(|line| {
@@ -70,15 +67,7 @@ fn forward_pass(c: &mut Criterion) {
         let mut proba = vec![0.0f32; n * CLASSES];
         let mut labels = vec![0i64; n];
         group.bench_with_input(BenchmarkId::new("native", n), &n, |b, &n| {
-            b.iter(|| {
-                forward(
-                    &weights,
-                    std::hint::black_box(&x),
-                    n,
-                    &mut proba,
-                    &mut labels,
-                )
-            })
+            b.iter(|| forward(&weights, std::hint::black_box(&x), n, &mut proba, &mut labels))
         });
         let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
         group.bench_with_input(BenchmarkId::new("wasm", n), &n, |b, &n| {
@@ -89,10 +78,7 @@ fn forward_pass(c: &mut Criterion) {
                     shape: vec![n as u64, INPUTS as u64],
                     data: bytes.clone(),
                 }];
-                let prediction = instance
-                    .predict(batch)
-                    .expect("no trap")
-                    .expect("no batch error");
+                let prediction = instance.predict(batch).expect("no trap").expect("no batch error");
                 std::hint::black_box(prediction);
             })
         });

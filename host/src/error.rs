@@ -38,9 +38,7 @@ impl ServeError {
     pub fn http_status(&self) -> StatusCode {
         match self {
             ServeError::Protocol(_) | ServeError::InvalidInput(_) => StatusCode::BAD_REQUEST,
-            ServeError::ModelNotFound(_) | ServeError::VersionNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
+            ServeError::ModelNotFound(_) | ServeError::VersionNotFound { .. } => StatusCode::NOT_FOUND,
             ServeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ServeError::ModelNotReady(_) | ServeError::Queue(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -50,9 +48,7 @@ impl ServeError {
     /// Seconds a client should wait before retrying, for overload answers.
     pub fn retry_after(&self) -> Option<u32> {
         match self {
-            ServeError::Queue(SubmitError::QueueFull { .. }) | ServeError::ModelNotReady(_) => {
-                Some(1)
-            }
+            ServeError::Queue(SubmitError::QueueFull { .. }) | ServeError::ModelNotReady(_) => Some(1),
             _ => None,
         }
     }

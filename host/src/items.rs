@@ -11,10 +11,7 @@ use crate::outcome::{ItemError, ItemOutcome};
 use crate::tensor::{Item, Tensor};
 
 /// Checks `inputs` against the model's declared inputs and splits them into items.
-pub fn split_request(
-    config: &ModelConfig,
-    mut inputs: Vec<Tensor>,
-) -> Result<Vec<Item>, ServeError> {
+pub fn split_request(config: &ModelConfig, mut inputs: Vec<Tensor>) -> Result<Vec<Item>, ServeError> {
     let invalid = ServeError::InvalidInput;
     for tensor in &inputs {
         let Some(spec) = config.inputs.iter().find(|s| s.name == tensor.name) else {
@@ -33,11 +30,7 @@ pub fn split_request(
             )));
         }
     }
-    if let Some(missing) = config
-        .inputs
-        .iter()
-        .find(|s| !inputs.iter().any(|t| t.name == s.name))
-    {
+    if let Some(missing) = config.inputs.iter().find(|s| !inputs.iter().any(|t| t.name == s.name)) {
         return Err(invalid(format!("missing input '{}'", missing.name)));
     }
     // Plugins see inputs in declared order, whatever order the client used.
@@ -149,11 +142,7 @@ pub fn assemble(config: &ModelConfig, mut outcomes: Vec<ItemOutcome>) -> Answer 
         };
         match Tensor::stack(parts.into_iter()) {
             Ok(tensor) => stacked.push(tensor),
-            Err(e) => {
-                return Answer::Failure(ItemError::trap(format!(
-                    "cannot stack the items' outputs: {e}"
-                )))
-            }
+            Err(e) => return Answer::Failure(ItemError::trap(format!("cannot stack the items' outputs: {e}"))),
         }
     }
     Answer::Success(stacked)

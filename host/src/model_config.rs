@@ -36,11 +36,7 @@ impl TensorSpec {
     /// Whether a per-item shape is one of the accepted ones.
     pub fn accepts_shape(&self, shape: &[u64]) -> bool {
         self.shapes.iter().any(|accepted| {
-            accepted.len() == shape.len()
-                && accepted
-                    .iter()
-                    .zip(shape)
-                    .all(|(&a, &s)| a < 0 || a as u64 == s)
+            accepted.len() == shape.len() && accepted.iter().zip(shape).all(|(&a, &s)| a < 0 || a as u64 == s)
         })
     }
 
@@ -198,13 +194,8 @@ impl ModelConfig {
 
     /// Validates the text of a `model.toml` found in `dir`.
     pub fn parse(dir: &Path, text: &str) -> Result<Self, String> {
-        let raw: RawModel =
-            toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
-        let folder = dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string();
+        let raw: RawModel = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+        let folder = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
         let name = raw.name.unwrap_or_else(|| folder.clone());
         if !is_valid_model_name(&name) {
             return Err(format!(
@@ -220,9 +211,11 @@ impl ModelConfig {
             None => "1".to_string(),
             Some(RawVersion::Number(n)) => n.to_string(),
             Some(RawVersion::Text(text)) if is_valid_model_name(&text) => text,
-            Some(RawVersion::Text(text)) => return Err(format!(
-                "key `version`: {text:?} is not a valid version (letters, digits, '-', '_', '.')"
-            )),
+            Some(RawVersion::Text(text)) => {
+                return Err(format!(
+                    "key `version`: {text:?} is not a valid version (letters, digits, '-', '_', '.')"
+                ))
+            }
         };
 
         let mut stages = Vec::new();
@@ -243,9 +236,7 @@ impl ModelConfig {
             return Err("key `inputs`: a model must declare at least one input".into());
         }
 
-        let instances_default = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+        let instances_default = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let limits = Limits {
             memory_bytes: {
                 let mib = raw.limits.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB);
@@ -256,11 +247,7 @@ impl ModelConfig {
                 }
                 (mib as usize) << 20
             },
-            stage_timeout: positive_ms(
-                "limits.timeout_ms",
-                raw.limits.timeout_ms,
-                DEFAULT_STAGE_TIMEOUT_MS,
-            )?,
+            stage_timeout: positive_ms("limits.timeout_ms", raw.limits.timeout_ms, DEFAULT_STAGE_TIMEOUT_MS)?,
             request_timeout: positive_ms(
                 "limits.request_timeout_ms",
                 raw.limits.request_timeout_ms,
@@ -347,10 +334,7 @@ impl ModelConfig {
 fn stage_file(key: &str, file: &str) -> Result<PathBuf, String> {
     let path = Path::new(file);
     let plain = path.components().count() == 1
-        && matches!(
-            path.components().next(),
-            Some(std::path::Component::Normal(_))
-        )
+        && matches!(path.components().next(), Some(std::path::Component::Normal(_)))
         && !file.starts_with('.');
     if !plain {
         return Err(format!(
@@ -452,10 +436,7 @@ mode = "fast"
         assert_eq!(c.metadata_shape(&c.inputs[0]), vec![-1, 64]);
         assert_eq!(
             c.parameters,
-            vec![
-                ("mode".into(), "fast".into()),
-                ("pixel_max".into(), "16".into())
-            ]
+            vec![("mode".into(), "fast".into()), ("pixel_max".into(), "16".into())]
         );
     }
 
@@ -463,11 +444,7 @@ mode = "fast"
     fn errors_name_the_key() {
         let err = |text: &str| ModelConfig::parse(Path::new("/m/digits"), text).unwrap_err();
         let typo = DIGITS.replace("max_batch_size", "max_batchsize");
-        assert!(
-            err(&typo).contains("unknown field `max_batchsize`"),
-            "{}",
-            err(&typo)
-        );
+        assert!(err(&typo).contains("unknown field `max_batchsize`"), "{}", err(&typo));
         let dtype = DIGITS.replace("\"FP32\"", "\"FP33\"");
         assert!(
             err(&dtype).contains("key `inputs[0].datatype`: \"FP33\""),
@@ -475,11 +452,7 @@ mode = "fast"
             err(&dtype)
         );
         let escape = DIGITS.replace("\"predict.wasm\"", "\"../x.wasm\"");
-        assert!(
-            err(&escape).contains("key `stages.predict`"),
-            "{}",
-            err(&escape)
-        );
+        assert!(err(&escape).contains("key `stages.predict`"), "{}", err(&escape));
         let renamed = DIGITS.replace("name = \"digits\"", "name = \"other\"");
         assert!(err(&renamed).contains("folder name"), "{}", err(&renamed));
     }

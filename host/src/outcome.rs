@@ -17,11 +17,7 @@ pub struct ItemError {
 impl ItemError {
     /// An error with `status`, clamped to 500 when a plugin gives one outside 400..=599.
     pub fn new(status: u16, message: impl Into<String>) -> Self {
-        let status = if (400..=599).contains(&status) {
-            status
-        } else {
-            500
-        };
+        let status = if (400..=599).contains(&status) { status } else { 500 };
         Self {
             status,
             message: message.into(),

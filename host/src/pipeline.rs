@@ -9,7 +9,9 @@
 //!   the call's items are split in halves and re-run, recursively, until each culprit is
 //!   alone. Culprits get 500 (504 for a time limit); everyone else gets the answer they
 //!   would have got alone. For a call of `n` items of which `k` are culprits, this costs
-//!   at most `2·k·⌈log2 n⌉` extra calls, and nothing when no call fails.
+//!   at most `2·k·⌈log2 n⌉` extra calls, and nothing when no call fails. A time limit
+//!   is the exception: halving would pay a full deadline per level, so the items are
+//!   re-run one by one instead (`n` short calls, plus one more deadline per slow item).
 //! - **Contract checks.** Result counts, batch sizes, output names, datatypes and shapes,
 //!   and failure indices are all checked; violations are answered as 500 naming the
 //!   stage and the violation.
@@ -117,21 +119,34 @@ impl PipelineInstance {
         optional(&self.preprocess) + self.predict.traps + optional(&self.postprocess)
     }
 
+    /// Whether every stage has a live instance (a failed replacement leaves a hole that
+    /// the next call retries).
+    pub fn is_whole(&self) -> bool {
+        let live = |slot: &Option<Slot>| slot.as_ref().is_none_or(|s| s.live.is_some());
+        live(&self.preprocess) && self.predict.live.is_some() && live(&self.postprocess)
+    }
+
     /// Runs `items` through every stage; one outcome per item, in order.
     pub fn run(&mut self, items: Vec<Item>) -> Vec<ItemOutcome> {
         let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; items.len()];
         let mut alive: Vec<(usize, Item)> = items.into_iter().enumerate().collect();
 
+        // The last stage's answers are checked against the declared outputs inside its
+        // call, so that a violation is bisected down to the items that cause it.
+        let declared = self.template.outputs.as_slice();
+        let last_is_predict = self.postprocess.is_none();
         if let Some(slot) = self.preprocess.as_mut() {
-            alive = settle(&mut outcomes, run_bisected(slot, alive, &map_items));
+            let call = |instance: &mut StageInstance, items: &[(usize, Item)]| map_items(instance, items, &[]);
+            alive = settle(&mut outcomes, run_bisected(slot, alive, &call));
         }
-        alive = settle(&mut outcomes, run_predict(&mut self.predict, alive));
+        let predict_declared = if last_is_predict { declared } else { &[] };
+        alive = settle(&mut outcomes, run_predict(&mut self.predict, alive, predict_declared));
         if let Some(slot) = self.postprocess.as_mut() {
-            alive = settle(&mut outcomes, run_bisected(slot, alive, &map_items));
+            let call = |instance: &mut StageInstance, items: &[(usize, Item)]| map_items(instance, items, declared);
+            alive = settle(&mut outcomes, run_bisected(slot, alive, &call));
         }
         for (index, item) in alive {
-            let outcome = check_outputs(&self.template.outputs, item).map_err(ItemError::trap);
-            outcomes[index] = Some(outcome);
+            outcomes[index] = Some(Ok(item));
         }
         outcomes
             .into_iter()
@@ -141,10 +156,7 @@ impl PipelineInstance {
 }
 
 /// Records failed items' outcomes and returns the survivors for the next stage.
-fn settle(
-    outcomes: &mut [Option<ItemOutcome>],
-    results: Vec<(usize, ItemOutcome)>,
-) -> Vec<(usize, Item)> {
+fn settle(outcomes: &mut [Option<ItemOutcome>], results: Vec<(usize, ItemOutcome)>) -> Vec<(usize, Item)> {
     let mut alive = Vec::with_capacity(results.len());
     for (index, result) in results {
         match result {
@@ -155,63 +167,56 @@ fn settle(
     alive
 }
 
-type StageCall =
-    dyn Fn(&mut StageInstance, &[(usize, Item)]) -> Result<Vec<ItemOutcome>, CallFailure>;
+/// One call of a stage on some items, checked against the plugin contract.
+type StageCall<'a> = dyn Fn(&mut StageInstance, &[(usize, Item)]) -> Result<Vec<ItemOutcome>, CallFailure> + 'a;
 
 /// Calls a stage on `items`; on a trap or contract violation, replaces the instance if
 /// needed and re-runs each half, until the failing items are isolated.
-fn run_bisected(
-    slot: &mut Slot,
-    items: Vec<(usize, Item)>,
-    call: &StageCall,
-) -> Vec<(usize, ItemOutcome)> {
+fn run_bisected(slot: &mut Slot, items: Vec<(usize, Item)>, call: &StageCall<'_>) -> Vec<(usize, ItemOutcome)> {
     if items.is_empty() {
         return Vec::new();
     }
     let instance = match slot.instance() {
         Ok(instance) => instance,
-        Err(e) => {
-            return items
-                .into_iter()
-                .map(|(i, _)| (i, Err(e.clone())))
-                .collect()
-        }
+        Err(e) => return items.into_iter().map(|(i, _)| (i, Err(e.clone()))).collect(),
     };
     let failure = match call(instance, &items) {
         Ok(results) => return items.into_iter().map(|(i, _)| i).zip(results).collect(),
         Err(failure) => failure,
     };
-    let alone = items.len() == 1;
+    let mut deadline = false;
     let error = match failure {
-        CallFailure::All(error) => {
-            return items
-                .into_iter()
-                .map(|(i, _)| (i, Err(error.clone())))
-                .collect()
-        }
+        CallFailure::All(error) => return items.into_iter().map(|(i, _)| (i, Err(error.clone()))).collect(),
         CallFailure::Trapped(trapped) => {
             slot.replace(&trapped);
+            deadline = trapped.deadline;
             trapped.item_error()
         }
         CallFailure::Violation(message) => ItemError::trap(message),
     };
-    if alone {
-        return items
-            .into_iter()
-            .map(|(i, _)| (i, Err(error.clone())))
-            .collect();
+    if items.len() == 1 {
+        return items.into_iter().map(|(i, _)| (i, Err(error.clone()))).collect();
     }
-    let mut first = items;
-    let second = first.split_off(first.len() / 2);
-    let mut results = run_bisected(slot, first, call);
-    results.extend(run_bisected(slot, second, call));
-    results
+    // A time limit costs a full deadline per failed call, so halving would cost one per
+    // level; running each item alone costs only one more (per slow item).
+    let parts: Vec<Vec<(usize, Item)>> = if deadline {
+        items.into_iter().map(|item| vec![item]).collect()
+    } else {
+        let mut first = items;
+        let second = first.split_off(first.len() / 2);
+        vec![first, second]
+    };
+    parts
+        .into_iter()
+        .flat_map(|part| run_bisected(slot, part, call))
+        .collect()
 }
 
 /// preprocess/postprocess: one result per item.
 fn map_items(
     instance: &mut StageInstance,
     items: &[(usize, Item)],
+    declared: &[TensorSpec],
 ) -> Result<Vec<ItemOutcome>, CallFailure> {
     let kind = instance.template().kind();
     let sent: Vec<Item> = items.iter().map(|(_, item)| item.clone()).collect();
@@ -224,11 +229,12 @@ fn map_items(
             items.len()
         )));
     }
+    check_declared(kind.name(), declared, &results)?;
     Ok(results)
 }
 
 /// Groups items by their per-item shapes and runs each group through predict.
-fn run_predict(slot: &mut Slot, items: Vec<(usize, Item)>) -> Vec<(usize, ItemOutcome)> {
+fn run_predict(slot: &mut Slot, items: Vec<(usize, Item)>, declared: &[TensorSpec]) -> Vec<(usize, ItemOutcome)> {
     let mut groups: Vec<(Vec<Signature>, Vec<(usize, Item)>)> = Vec::new();
     for (index, item) in items {
         let signature = signature(&item);
@@ -239,7 +245,8 @@ fn run_predict(slot: &mut Slot, items: Vec<(usize, Item)>) -> Vec<(usize, ItemOu
     }
     let mut results = Vec::new();
     for (_, members) in groups {
-        results.extend(run_bisected(slot, members, &predict_batch));
+        let call = |instance: &mut StageInstance, items: &[(usize, Item)]| predict_batch(instance, items, declared);
+        results.extend(run_bisected(slot, members, &call));
     }
     results
 }
@@ -256,6 +263,7 @@ fn signature(item: &Item) -> Vec<Signature> {
 fn predict_batch(
     instance: &mut StageInstance,
     items: &[(usize, Item)],
+    declared: &[TensorSpec],
 ) -> Result<Vec<ItemOutcome>, CallFailure> {
     let n = items.len();
     let Some((_, first)) = items.first() else {
@@ -271,9 +279,10 @@ fn predict_batch(
         Ok(prediction) => prediction,
         Err(error) => return Err(CallFailure::All(error)),
     };
-    split_prediction(prediction, n).map_err(|violation| {
-        CallFailure::Violation(format!("predict broke the plugin contract: {violation}"))
-    })
+    let results = split_prediction(prediction, n)
+        .map_err(|violation| CallFailure::Violation(format!("predict broke the plugin contract: {violation}")))?;
+    check_declared("predict", declared, &results)?;
+    Ok(results)
 }
 
 /// Splits batched outputs into per-item outputs, applying per-item failures.
@@ -297,49 +306,50 @@ fn split_prediction(prediction: Prediction, n: usize) -> Result<Vec<ItemOutcome>
         }
     }
     for (index, error) in prediction.failures {
-        let slot = per_item.get_mut(index as usize).ok_or_else(|| {
-            format!("item failure index {index} is out of range for a batch of {n}")
-        })?;
+        let slot = per_item
+            .get_mut(index as usize)
+            .ok_or_else(|| format!("item failure index {index} is out of range for a batch of {n}"))?;
         *slot = Err(error);
     }
     Ok(per_item)
 }
 
-/// Checks a final item against the declared outputs (names, datatypes, shapes).
-fn check_outputs(declared: &[TensorSpec], item: Item) -> Result<Item, String> {
+/// Checks the last stage's items against the model's declared outputs.
+fn check_declared(stage: &str, declared: &[TensorSpec], results: &[ItemOutcome]) -> Result<(), CallFailure> {
+    for item in results.iter().filter_map(|r| r.as_ref().ok()) {
+        check_outputs(declared, item).map_err(|violation| {
+            CallFailure::Violation(format!("{stage} broke the model's declared outputs: {violation}"))
+        })?;
+    }
+    Ok(())
+}
+
+/// Checks one final item against the declared outputs (names, datatypes, shapes).
+fn check_outputs(declared: &[TensorSpec], item: &Item) -> Result<(), String> {
     if declared.is_empty() {
-        return Ok(item);
+        return Ok(());
     }
     for spec in declared {
         let Some(tensor) = item.iter().find(|t| t.name == spec.name) else {
-            return Err(format!(
-                "the pipeline broke its declared outputs: output '{}' is missing",
-                spec.name
-            ));
+            return Err(format!("output '{}' is missing", spec.name));
         };
         if tensor.datatype != spec.datatype {
             return Err(format!(
-                "the pipeline broke its declared outputs: output '{}' is {}, declared {}",
+                "output '{}' is {}, declared {}",
                 spec.name, tensor.datatype, spec.datatype
             ));
         }
         if !spec.accepts_shape(&tensor.shape) {
             return Err(format!(
-                "the pipeline broke its declared outputs: output '{}' has shape {:?}, declared {}",
+                "output '{}' has shape {:?}, declared {}",
                 spec.name,
                 tensor.shape,
                 spec.describe_shapes()
             ));
         }
     }
-    if let Some(extra) = item
-        .iter()
-        .find(|t| !declared.iter().any(|s| s.name == t.name))
-    {
-        return Err(format!(
-            "the pipeline broke its declared outputs: output '{}' is not declared",
-            extra.name
-        ));
+    if let Some(extra) = item.iter().find(|t| !declared.iter().any(|s| s.name == t.name)) {
+        return Err(format!("output '{}' is not declared", extra.name));
     }
-    Ok(item)
+    Ok(())
 }

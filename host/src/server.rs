@@ -22,12 +22,7 @@ pub async fn run(
     let repository = Arc::new(
         Repository::open(&config.repository, runtime)
             .await
-            .with_context(|| {
-                format!(
-                    "reading the model repository {}",
-                    config.repository.display()
-                )
-            })?,
+            .with_context(|| format!("reading the model repository {}", config.repository.display()))?,
     );
     let state = Arc::new(AppState {
         repository: repository.clone(),

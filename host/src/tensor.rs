@@ -140,13 +140,12 @@ impl Tensor {
         })?;
         match self.datatype.element_size() {
             Some(size) => {
-                let expected =
-                    count
-                        .checked_mul(size as u64)
-                        .ok_or_else(|| TensorError::ShapeOverflow {
-                            name: self.name.clone(),
-                            shape: self.shape.clone(),
-                        })?;
+                let expected = count
+                    .checked_mul(size as u64)
+                    .ok_or_else(|| TensorError::ShapeOverflow {
+                        name: self.name.clone(),
+                        shape: self.shape.clone(),
+                    })?;
                 if expected != self.data.len() as u64 {
                     return Err(TensorError::SizeMismatch {
                         name: self.name.clone(),
@@ -169,10 +168,7 @@ impl Tensor {
                 if found != count {
                     return Err(TensorError::MalformedBytes {
                         name: self.name.clone(),
-                        reason: format!(
-                            "shape {:?} declares {count} elements, data has {found}",
-                            self.shape
-                        ),
+                        reason: format!("shape {:?} declares {count} elements, data has {found}", self.shape),
                     });
                 }
                 Ok(())
@@ -203,18 +199,12 @@ impl Tensor {
                 if row_bytes == 0 {
                     return Ok((0..rows).map(|_| piece(Vec::new())).collect());
                 }
-                Ok(self
-                    .data
-                    .chunks_exact(row_bytes)
-                    .map(|c| piece(c.to_vec()))
-                    .collect())
+                Ok(self.data.chunks_exact(row_bytes).map(|c| piece(c.to_vec())).collect())
             }
             None => {
-                let offsets = bytes_element_offsets(&self.data).map_err(|reason| {
-                    TensorError::MalformedBytes {
-                        name: self.name.clone(),
-                        reason,
-                    }
+                let offsets = bytes_element_offsets(&self.data).map_err(|reason| TensorError::MalformedBytes {
+                    name: self.name.clone(),
+                    reason,
                 })?;
                 Ok((0..rows)
                     .map(|r| {
@@ -228,9 +218,7 @@ impl Tensor {
     }
 
     /// Stacks same-named, same-typed, same-shaped tensors along a new leading dimension.
-    pub fn stack<'a>(
-        parts: impl ExactSizeIterator<Item = &'a Tensor>,
-    ) -> Result<Tensor, TensorError> {
+    pub fn stack<'a>(parts: impl ExactSizeIterator<Item = &'a Tensor>) -> Result<Tensor, TensorError> {
         let rows = parts.len() as u64;
         let mut out: Option<Tensor> = None;
         for part in parts {
@@ -351,10 +339,7 @@ mod tests {
             })
         ));
         t.shape = vec![u64::MAX, 3];
-        assert!(matches!(
-            t.validate(),
-            Err(TensorError::ShapeOverflow { .. })
-        ));
+        assert!(matches!(t.validate(), Err(TensorError::ShapeOverflow { .. })));
     }
 
     #[test]

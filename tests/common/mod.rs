@@ -54,7 +54,7 @@ impl TestServer {
 
     pub async fn start_with(config: ServeConfig) -> Self {
         require_plugins(&config.repository);
-        tensorplug::telemetry::init("warn");
+        tensorplug::telemetry::init(&std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
@@ -93,23 +93,14 @@ impl TestServer {
         let r = self.client.get(self.url(path)).send().await.expect("GET");
         let status = r.status().as_u16();
         let text = r.text().await.expect("body");
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
     pub async fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
-        self.post_raw(path, serde_json::to_vec(body).expect("json"), None)
-            .await
+        self.post_raw(path, serde_json::to_vec(body).expect("json"), None).await
     }
 
-    pub async fn post_raw(
-        &self,
-        path: &str,
-        body: Vec<u8>,
-        json_header_len: Option<usize>,
-    ) -> (u16, Value) {
+    pub async fn post_raw(&self, path: &str, body: Vec<u8>, json_header_len: Option<usize>) -> (u16, Value) {
         let mut request = self.client.post(self.url(path)).body(body);
         if let Some(len) = json_header_len {
             request = request.header("Inference-Header-Content-Length", len);
@@ -117,10 +108,7 @@ impl TestServer {
         let r = request.send().await.expect("POST");
         let status = r.status().as_u16();
         let text = r.text().await.expect("body");
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
     /// Stops the server and waits until it has drained.
@@ -164,4 +152,47 @@ pub fn output<'a>(response: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|o| o["name"] == name)
         .unwrap_or_else(|| panic!("no output {name} in {response}"))
+}
+
+/// A repository in a temporary folder holding the faulty test plugin under `model.toml`
+/// text of the test's choosing (the folder is deleted on drop).
+pub fn faulty_repository(model_toml: &str) -> tempfile::TempDir {
+    let repository = tempfile::tempdir().expect("temp dir");
+    let dir = repository.path().join("faulty");
+    std::fs::create_dir(&dir).expect("model folder");
+    let plugin = root().join("tests/models/faulty/predict.wasm");
+    std::fs::copy(&plugin, dir.join("predict.wasm")).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: build the plugins first with ./scripts/build-plugins.sh",
+            plugin.display()
+        )
+    });
+    std::fs::write(dir.join("model.toml"), model_toml).expect("model.toml");
+    repository
+}
+
+/// The faulty model's configuration with the given `[batching]` and `[limits]` bodies.
+pub fn faulty_config(batching: &str, limits: &str) -> String {
+    format!(
+        "[stages]\npredict = \"predict.wasm\"\n\n[[inputs]]\nname = \"x\"\ndatatype = \"FP32\"\nshape = [1]\n\n\
+         [[outputs]]\nname = \"y\"\ndatatype = \"FP32\"\nshape = [1]\n\n[batching]\n{batching}\n\n[limits]\n{limits}\n"
+    )
+}
+
+/// tensorplug's own counters of a model, from `GET /v2/models/{m}/stats`.
+pub async fn stats(server: &TestServer, model: &str) -> Value {
+    let (status, body) = server.get(&format!("/v2/models/{model}/stats")).await;
+    assert_eq!(status, 200, "{body}");
+    body["model_stats"][0]["tensorplug"].clone()
+}
+
+/// Resident memory of this process (the in-process server included), in bytes.
+pub fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kib * 1024
 }

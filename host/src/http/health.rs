@@ -33,11 +33,7 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> StatusCode {
 }
 
 /// The live version of `name`, checked against a requested version.
-pub fn find_model(
-    state: &AppState,
-    name: &str,
-    version: Option<&str>,
-) -> Result<Arc<Model>, ServeError> {
+pub fn find_model(state: &AppState, name: &str, version: Option<&str>) -> Result<Arc<Model>, ServeError> {
     let model = state
         .repository
         .get(name)
@@ -75,10 +71,7 @@ fn metadata(model: &Model) -> ModelMetadata {
     }
 }
 
-pub async fn model_metadata(
-    State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
-) -> Response {
+pub async fn model_metadata(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
     match find_model(&state, &name, None) {
         Ok(model) => Json(metadata(&model)).into_response(),
         Err(e) => e.into_response(),
@@ -110,4 +103,35 @@ pub async fn model_ready_versioned(
         Ok(_) => StatusCode::OK.into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// `GET /v2/models/{m}/stats`: Triton's statistics extension (the counts it defines),
+/// plus tensorplug's own counters under `tensorplug`.
+pub async fn model_stats(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
+    let model = match find_model(&state, &name, None) {
+        Ok(model) => model,
+        Err(e) => return e.into_response(),
+    };
+    let stats = model.stats.snapshot();
+    Json(serde_json::json!({
+        "model_stats": [{
+            "name": model.config.name,
+            "version": model.config.version,
+            "inference_count": stats.items,
+            "execution_count": stats.batches,
+            "inference_stats": {
+                "success": {"count": stats.items_ok},
+                "fail": {"count": stats.items_failed},
+            },
+            "tensorplug": {
+                "instances": model.config.limits.instances,
+                "instances_live": stats.instances_live,
+                "batches": stats.batches,
+                "items": stats.items,
+                "items_abandoned": stats.items_abandoned,
+                "traps": stats.traps,
+            },
+        }]
+    }))
+    .into_response()
 }

@@ -15,9 +15,7 @@ use super::response::{self, HEADER_CONTENT_LENGTH};
 use super::AppState;
 use crate::error::ServeError;
 use crate::items::{assemble, split_request, Answer};
-use crate::protocol::{
-    decode_request, encode_multi_status, encode_response, ItemResult, OutputOptions,
-};
+use crate::protocol::{decode_request, encode_multi_status, encode_response, ItemResult, OutputOptions};
 
 pub async fn infer(
     State(state): State<Arc<AppState>>,
@@ -51,12 +49,7 @@ async fn handle(
     match result {
         Ok(response) => response,
         Err(error) => {
-            span.in_scope(|| {
-                tracing::info!(
-                    status = error.http_status().as_u16(),
-                    "request failed: {error}"
-                )
-            });
+            span.in_scope(|| tracing::info!(status = error.http_status().as_u16(), "request failed: {error}"));
             error.into_response()
         }
     }
@@ -108,8 +101,7 @@ async fn run(
     let (model_name, model_version) = (config.name.as_str(), config.version.as_str());
     Ok(match assemble(config, outcomes) {
         Answer::Success(outputs) => {
-            let encoded =
-                encode_response(model_name, model_version, id.as_deref(), &outputs, &options);
+            let encoded = encode_response(model_name, model_version, id.as_deref(), &outputs, &options);
             let mut response = match encoded.json_header_len {
                 None => response::json(StatusCode::OK, encoded.body),
                 Some(len) => {
@@ -118,8 +110,7 @@ async fn run(
                         header::CONTENT_TYPE,
                         HeaderValue::from_static("application/octet-stream"),
                     );
-                    r.headers_mut()
-                        .insert(HEADER_CONTENT_LENGTH, HeaderValue::from(len));
+                    r.headers_mut().insert(HEADER_CONTENT_LENGTH, HeaderValue::from(len));
                     r
                 }
             };
@@ -129,8 +120,7 @@ async fn run(
             response
         }
         Answer::Failure(error) => {
-            let status =
-                StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             tracing::info!(status = error.status, "item failed: {}", error.message);
             response::error(status, &error.message)
         }
@@ -138,7 +128,7 @@ async fn run(
             let results: Vec<ItemResult> = outcomes
                 .iter()
                 .map(|outcome| match outcome {
-                    Ok(item) => ItemResult::Ok(item.clone()),
+                    Ok(item) => ItemResult::Ok(options.filter(item.clone())),
                     Err(e) => ItemResult::Err {
                         status: e.status,
                         message: e.message.clone(),
@@ -168,17 +158,11 @@ fn header_usize(headers: &HeaderMap, name: &str) -> Result<Option<usize>, ServeE
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
         .map(Some)
-        .ok_or_else(|| {
-            ServeError::InvalidInput(format!("header {name}: {value:?} is not a byte count"))
-        })
+        .ok_or_else(|| ServeError::InvalidInput(format!("header {name}: {value:?} is not a byte count")))
 }
 
 /// Reads the whole body, refusing (413) as soon as it passes `limit` bytes.
-async fn read_body(
-    body: Body,
-    headers: &HeaderMap,
-    limit: usize,
-) -> Result<bytes::Bytes, ServeError> {
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<bytes::Bytes, ServeError> {
     if let Some(declared) = header_usize(headers, header::CONTENT_LENGTH.as_str())? {
         if declared > limit {
             return Err(ServeError::BodyTooLarge { limit });
@@ -186,11 +170,7 @@ async fn read_body(
     }
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(ServeError::BodyTooLarge { limit })
-        }
-        Err(e) => Err(ServeError::InvalidInput(format!(
-            "cannot read the request body: {e}"
-        ))),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ServeError::BodyTooLarge { limit }),
+        Err(e) => Err(ServeError::InvalidInput(format!("cannot read the request body: {e}"))),
     }
 }

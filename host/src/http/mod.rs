@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use axum::routing::{get, post};
 use axum::Router;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnFailure, TraceLayer};
+use tracing::Level;
 
 use crate::serving::Repository;
 
@@ -34,6 +35,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(health::model_metadata_versioned),
         )
         .route("/v2/models/{model}/ready", get(health::model_ready))
+        .route("/v2/models/{model}/stats", get(health::model_stats))
         .route(
             "/v2/models/{model}/versions/{version}/ready",
             get(health::model_ready_versioned),
@@ -43,6 +45,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/v2/models/{model}/versions/{version}/infer",
             post(infer::infer_versioned),
         )
-        .layer(TraceLayer::new_for_http())
+        // Failed items are logged where they fail, with their reason; the layer's own
+        // failure line would only repeat the status.
+        .layer(TraceLayer::new_for_http().on_failure(DefaultOnFailure::new().level(Level::DEBUG)))
         .with_state(state)
 }

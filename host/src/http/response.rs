@@ -13,10 +13,7 @@ pub const HEADER_CONTENT_LENGTH: &str = "inference-header-content-length";
 pub fn json(status: StatusCode, body: Vec<u8>) -> Response {
     (
         status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
         body,
     )
         .into_response()

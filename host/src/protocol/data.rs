@@ -65,9 +65,7 @@ impl DataState {
                 value,
                 datatype: self.datatype,
             }),
-            Some(DataFault::TooLong { index, len }) => {
-                Err(ProtocolError::BytesElementTooLong { name, index, len })
-            }
+            Some(DataFault::TooLong { index, len }) => Err(ProtocolError::BytesElementTooLong { name, index, len }),
         }
     }
 
@@ -112,11 +110,7 @@ impl DataState {
             _ if v.fract() != 0.0 => self.wrong_type(render_f64(v)),
             // Integral: in range of i128 it is range-checked exactly, beyond it never fits.
             _ if v.abs() < 1.7e38 => self.int(v as i128, || render_f64(v)),
-            _ => {
-                self.fault = Some(DataFault::Range {
-                    value: render_f64(v),
-                })
-            }
+            _ => self.fault = Some(DataFault::Range { value: render_f64(v) }),
         }
     }
 

@@ -17,9 +17,7 @@ pub enum ProtocolError {
         message: String,
     },
     /// `Inference-Header-Content-Length` points past the end of the body.
-    #[error(
-        "Inference-Header-Content-Length is {header_len} but the body has only {body_len} bytes"
-    )]
+    #[error("Inference-Header-Content-Length is {header_len} but the body has only {body_len} bytes")]
     HeaderLengthExceedsBody { header_len: usize, body_len: usize },
     /// A field or parameter holds the wrong kind of JSON value; `what` names it, e.g.
     /// `"shape"` or `parameters.binary_data_size`, and `found` renders the value.
@@ -46,11 +44,7 @@ pub enum ProtocolError {
     #[error("input '{name}': datatype {found} is not a V2 datatype")]
     UnknownDatatype { name: String, found: String },
     #[error("input '{name}': shape {shape} has negative dimension {dim}")]
-    NegativeDimension {
-        name: String,
-        shape: String,
-        dim: i64,
-    },
+    NegativeDimension { name: String, shape: String, dim: i64 },
     #[error("input '{name}': shape {shape:?} has too many elements")]
     ShapeOverflow { name: String, shape: Vec<u64> },
     /// The data holds a different number of elements than the shape declares.
@@ -78,9 +72,7 @@ pub enum ProtocolError {
         value: String,
         datatype: DataType,
     },
-    #[error(
-        "input '{name}': BYTES element {index} is {len} bytes, more than a BYTES element can hold"
-    )]
+    #[error("input '{name}': BYTES element {index} is {len} bytes, more than a BYTES element can hold")]
     BytesElementTooLong { name: String, index: u64, len: u64 },
     #[error("input '{name}': has both \"data\" and parameters.binary_data_size")]
     DataAndBinary { name: String },
@@ -96,7 +88,9 @@ pub enum ProtocolError {
         actual: u64,
     },
     /// The body after the JSON header is not exactly the declared binary inputs.
-    #[error("binary data after the JSON header is {actual} bytes but the inputs' binary_data_size add up to {declared}")]
+    #[error(
+        "binary data after the JSON header is {actual} bytes but the inputs' binary_data_size add up to {declared}"
+    )]
     BinaryTotal { declared: u128, actual: usize },
     #[error("input '{name}': binary BYTES data is malformed: {reason}")]
     MalformedBytes { name: String, reason: String },

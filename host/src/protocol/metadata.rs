@@ -38,8 +38,7 @@ fn datatype_out<S: Serializer>(datatype: &DataType, serializer: S) -> Result<S::
 
 fn datatype_in<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DataType, D::Error> {
     let name = String::deserialize(deserializer)?;
-    DataType::parse(&name)
-        .ok_or_else(|| serde::de::Error::custom(format!("datatype {name:?} is not a V2 datatype")))
+    DataType::parse(&name).ok_or_else(|| serde::de::Error::custom(format!("datatype {name:?} is not a V2 datatype")))
 }
 
 #[cfg(test)]

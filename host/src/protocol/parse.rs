@@ -204,11 +204,7 @@ impl<'de> Visitor<'de> for BodySeed {
             match index {
                 0 => raw.id = Some(map.next_value()?),
                 1 => raw.parameters = Some(map.next_value()?),
-                2 => {
-                    raw.inputs = Some(map.next_value_seed(InputsSeed {
-                        budget: self.budget,
-                    })?)
-                }
+                2 => raw.inputs = Some(map.next_value_seed(InputsSeed { budget: self.budget })?),
                 _ => raw.outputs = Some(map.next_value()?),
             }
         }
@@ -245,9 +241,7 @@ impl<'de> Visitor<'de> for InputsSeed {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawInputs, A::Error> {
         let mut list = Vec::new();
-        while let Some(input) = seq.next_element_seed(InputSeed {
-            budget: self.budget,
-        })? {
+        while let Some(input) = seq.next_element_seed(InputSeed { budget: self.budget })? {
             list.push(input);
         }
         Ok(RawInputs::List(list))
@@ -273,10 +267,9 @@ impl InputSeed {
     /// How many fixed-size elements to reserve for `data`: the declared count if the shape
     /// came first, capped by what the JSON text could possibly hold.
     fn reserve(&self, shape: Option<&Value>) -> usize {
-        let declared = shape.and_then(Value::as_array).and_then(|dims| {
-            dims.iter()
-                .try_fold(1u64, |acc, d| acc.checked_mul(d.as_u64()?))
-        });
+        let declared = shape
+            .and_then(Value::as_array)
+            .and_then(|dims| dims.iter().try_fold(1u64, |acc, d| acc.checked_mul(d.as_u64()?)));
         match declared {
             Some(n) => usize::try_from(n).unwrap_or(usize::MAX).min(self.budget),
             None => 0,
@@ -316,10 +309,7 @@ impl<'de> Visitor<'de> for InputSeed {
                 2 => raw.datatype = Some(map.next_value()?),
                 3 => raw.parameters = Some(map.next_value()?),
                 _ => {
-                    let datatype = raw
-                        .datatype
-                        .as_ref()
-                        .map(|v| v.as_str().and_then(DataType::parse));
+                    let datatype = raw.datatype.as_ref().map(|v| v.as_str().and_then(DataType::parse));
                     raw.data = match datatype {
                         Some(Some(datatype)) => {
                             let reserve = self.reserve(raw.shape.as_ref());

@@ -56,15 +56,12 @@ impl InferRequest {
     pub fn timeout_us(&self) -> Result<Option<u64>, ProtocolError> {
         match self.parameters.get("timeout") {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| ProtocolError::WrongType {
-                    at: String::from("request"),
-                    what: String::from("parameter \"timeout\""),
-                    expected: "a non-negative integer (microseconds)",
-                    found: render_value(v),
-                }),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| ProtocolError::WrongType {
+                at: String::from("request"),
+                what: String::from("parameter \"timeout\""),
+                expected: "a non-negative integer (microseconds)",
+                found: render_value(v),
+            }),
         }
     }
 
@@ -92,24 +89,17 @@ impl InferRequest {
 ///
 /// `json_header_len` is the `Inference-Header-Content-Length` header, if the request has
 /// one. Every returned tensor has passed [`Tensor::validate`].
-pub fn decode_request(
-    body: &[u8],
-    json_header_len: Option<usize>,
-) -> Result<InferRequest, ProtocolError> {
+pub fn decode_request(body: &[u8], json_header_len: Option<usize>) -> Result<InferRequest, ProtocolError> {
     let (json, binary) = match json_header_len {
         None => (body, &[][..]),
-        Some(n) => body
-            .split_at_checked(n)
-            .ok_or(ProtocolError::HeaderLengthExceedsBody {
-                header_len: n,
-                body_len: body.len(),
-            })?,
+        Some(n) => body.split_at_checked(n).ok_or(ProtocolError::HeaderLengthExceedsBody {
+            header_len: n,
+            body_len: body.len(),
+        })?,
     };
     let raw = match parse::parse(json)? {
         RawBody::Request(raw) => raw,
-        RawBody::NotObject(found) => {
-            return Err(wrong_type("request", "the body", "a JSON object", found))
-        }
+        RawBody::NotObject(found) => return Err(wrong_type("request", "the body", "a JSON object", found)),
     };
     if let Some(field) = raw.duplicate {
         return Err(ProtocolError::DuplicateField {
@@ -120,14 +110,7 @@ pub fn decode_request(
     let id = match raw.id {
         None => None,
         Some(Value::String(id)) => Some(id),
-        Some(other) => {
-            return Err(wrong_type(
-                "request",
-                "\"id\"",
-                "a string",
-                render_value(&other),
-            ))
-        }
+        Some(other) => return Err(wrong_type("request", "\"id\"", "a string", render_value(&other))),
     };
     let parameters = object(raw.parameters, "request", "\"parameters\"")?;
     if let Some(v) = parameters.get("binary_data_output") {
@@ -147,9 +130,7 @@ pub fn decode_request(
                 field: "\"inputs\"",
             })
         }
-        Some(RawInputs::NotArray(found)) => {
-            return Err(wrong_type("request", "\"inputs\"", "an array", found))
-        }
+        Some(RawInputs::NotArray(found)) => return Err(wrong_type("request", "\"inputs\"", "an array", found)),
         Some(RawInputs::List(list)) => list,
     };
 
@@ -209,20 +190,12 @@ fn name_of(value: Option<Value>, position: &str) -> Result<String, ProtocolError
             at: position.to_owned(),
             field: "\"name\"",
         }),
-        Some(other) => Err(wrong_type(
-            position,
-            "\"name\"",
-            "a string",
-            render_value(&other),
-        )),
+        Some(other) => Err(wrong_type(position, "\"name\"", "a string", render_value(&other))),
     }
 }
 
 fn reject_unsupported(parameters: &Map<String, Value>, at: &str) -> Result<(), ProtocolError> {
-    match UNSUPPORTED_PARAMETERS
-        .iter()
-        .find(|p| parameters.contains_key(**p))
-    {
+    match UNSUPPORTED_PARAMETERS.iter().find(|p| parameters.contains_key(**p)) {
         Some(parameter) => Err(ProtocolError::Unsupported {
             at: at.to_owned(),
             parameter: (*parameter).to_owned(),
@@ -231,17 +204,11 @@ fn reject_unsupported(parameters: &Map<String, Value>, at: &str) -> Result<(), P
     }
 }
 
-fn convert_input(
-    index: usize,
-    raw: RawInput,
-    has_binary: bool,
-) -> Result<PendingInput, ProtocolError> {
+fn convert_input(index: usize, raw: RawInput, has_binary: bool) -> Result<PendingInput, ProtocolError> {
     let position = format!("inputs[{index}]");
     let fields: RawFields = match raw {
         RawInput::Object(fields) => fields,
-        RawInput::NotObject(found) => {
-            return Err(wrong_type(&position, "each input", "a JSON object", found))
-        }
+        RawInput::NotObject(found) => return Err(wrong_type(&position, "each input", "a JSON object", found)),
     };
     let name = name_of(fields.name, &position)?;
     let at = format!("input '{name}'");
@@ -276,9 +243,7 @@ fn convert_input(
     };
 
     let data = match (binary_size, fields.data) {
-        (Some(_), RawData::Absent) if !has_binary => {
-            return Err(ProtocolError::BinaryWithoutHeader { name })
-        }
+        (Some(_), RawData::Absent) if !has_binary => return Err(ProtocolError::BinaryWithoutHeader { name }),
         (Some(size), RawData::Absent) => {
             check_binary_size(&name, datatype, &shape, size)?;
             Vec::new()
@@ -366,13 +331,7 @@ fn declared_count(name: &str, shape: &[u64]) -> Result<u64, ProtocolError> {
     })
 }
 
-fn count_mismatch(
-    name: &str,
-    datatype: DataType,
-    shape: &[u64],
-    expected: u64,
-    actual: u64,
-) -> ProtocolError {
+fn count_mismatch(name: &str, datatype: DataType, shape: &[u64], expected: u64, actual: u64) -> ProtocolError {
     ProtocolError::ElementCount {
         name: name.to_owned(),
         shape: shape.to_vec(),
@@ -383,12 +342,7 @@ fn count_mismatch(
 }
 
 /// Finishes JSON-decoded data: reports its first fault, then checks its element count.
-fn json_data(
-    name: &str,
-    datatype: DataType,
-    shape: &[u64],
-    state: DataState,
-) -> Result<Vec<u8>, ProtocolError> {
+fn json_data(name: &str, datatype: DataType, shape: &[u64], state: DataState) -> Result<Vec<u8>, ProtocolError> {
     let (bytes, count) = state.finish(name)?;
     let expected = declared_count(name, shape)?;
     if count != expected {
@@ -399,12 +353,7 @@ fn json_data(
 
 /// Checks a fixed-size input's declared binary size against its shape (BYTES inputs are
 /// checked once their data is sliced out).
-fn check_binary_size(
-    name: &str,
-    datatype: DataType,
-    shape: &[u64],
-    size: u64,
-) -> Result<(), ProtocolError> {
+fn check_binary_size(name: &str, datatype: DataType, shape: &[u64], size: u64) -> Result<(), ProtocolError> {
     let Some(element_size) = datatype.element_size() else {
         return Ok(());
     };
@@ -428,11 +377,7 @@ fn check_binary_size(
 
 /// Hands each binary input its slice of the body's tail, which must be used up exactly.
 fn attach_binary(inputs: &mut [PendingInput], binary: &[u8]) -> Result<(), ProtocolError> {
-    let declared: u128 = inputs
-        .iter()
-        .filter_map(|i| i.binary_size)
-        .map(u128::from)
-        .sum();
+    let declared: u128 = inputs.iter().filter_map(|i| i.binary_size).map(u128::from).sum();
     let total_error = || ProtocolError::BinaryTotal {
         declared,
         actual: binary.len(),
@@ -452,11 +397,10 @@ fn attach_binary(inputs: &mut [PendingInput], binary: &[u8]) -> Result<(), Proto
         rest = tail;
         let tensor = &mut input.tensor;
         if tensor.datatype == DataType::Bytes {
-            let offsets =
-                bytes_element_offsets(chunk).map_err(|reason| ProtocolError::MalformedBytes {
-                    name: tensor.name.clone(),
-                    reason,
-                })?;
+            let offsets = bytes_element_offsets(chunk).map_err(|reason| ProtocolError::MalformedBytes {
+                name: tensor.name.clone(),
+                reason,
+            })?;
             let found = offsets.len().saturating_sub(1) as u64;
             let expected = declared_count(&tensor.name, &tensor.shape)?;
             if found != expected {
@@ -479,14 +423,7 @@ fn convert_outputs(value: Option<Value>) -> Result<Vec<RequestedOutput>, Protoco
     let items = match value {
         None => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
-        Some(other) => {
-            return Err(wrong_type(
-                "request",
-                "\"outputs\"",
-                "an array",
-                render_value(&other),
-            ))
-        }
+        Some(other) => return Err(wrong_type("request", "\"outputs\"", "an array", render_value(&other))),
     };
     let mut outputs: Vec<RequestedOutput> = Vec::with_capacity(items.len());
     let mut names = HashSet::with_capacity(items.len());

@@ -52,11 +52,7 @@ fn round_trip(datatype: &str, data: Value, bytes: Vec<u8>, expected_out: Value) 
     };
     let request = decode_value(one_input(datatype, json!([n]), data)).unwrap();
     let dt = DataType::parse(datatype).unwrap();
-    assert_eq!(
-        request.inputs,
-        vec![tensor("x", dt, &[n], bytes)],
-        "{datatype}"
-    );
+    assert_eq!(request.inputs, vec![tensor("x", dt, &[n], bytes)], "{datatype}");
     let response = encode_response("m", "1", None, &request.inputs, &OutputOptions::default());
     assert_eq!(response.json_header_len, None);
     let body: Value = serde_json::from_slice(&response.body).unwrap();
@@ -156,9 +152,7 @@ fn every_datatype_round_trips_through_json() {
 
 #[test]
 fn fp32_prints_without_widening_digits() {
-    let request =
-        decode(r#"{"inputs":[{"name":"x","shape":[3],"datatype":"FP32","data":[0.1,0.7,1e-3]}]}"#)
-            .unwrap();
+    let request = decode(r#"{"inputs":[{"name":"x","shape":[3],"datatype":"FP32","data":[0.1,0.7,1e-3]}]}"#).unwrap();
     let response = encode_response("m", "1", None, &request.inputs, &OutputOptions::default());
     let text = String::from_utf8(response.body).unwrap();
     assert!(text.contains(r#""data":[0.1,0.7,0.001]"#), "{text}");
@@ -166,12 +160,7 @@ fn fp32_prints_without_widening_digits() {
 
 #[test]
 fn fp16_values_are_rounded_and_printed_shortest() {
-    let request = decode_value(one_input(
-        "FP16",
-        json!([4]),
-        json!([0.1, 0.333, 1e-8, -0.0]),
-    ))
-    .unwrap();
+    let request = decode_value(one_input("FP16", json!([4]), json!([0.1, 0.333, 1e-8, -0.0]))).unwrap();
     let expected = [
         f16::from_f64(0.1),
         f16::from_f64(0.333),
@@ -190,12 +179,7 @@ fn fp16_values_are_rounded_and_printed_shortest() {
 
 #[test]
 fn nested_and_flat_data_decode_identically() {
-    let flat = decode_value(one_input(
-        "INT32",
-        json!([2, 2, 2]),
-        json!([1, 2, 3, 4, 5, 6, 7, 8]),
-    ))
-    .unwrap();
+    let flat = decode_value(one_input("INT32", json!([2, 2, 2]), json!([1, 2, 3, 4, 5, 6, 7, 8]))).unwrap();
     let nested = decode_value(one_input(
         "INT32",
         json!([2, 2, 2]),
@@ -210,22 +194,16 @@ fn nested_and_flat_data_decode_identically() {
     .unwrap();
     assert_eq!(flat, nested);
     assert_eq!(flat, partly);
-    assert_eq!(
-        flat.inputs[0].data,
-        le(&[1i32, 2, 3, 4, 5, 6, 7, 8], i32::to_le_bytes)
-    );
+    assert_eq!(flat.inputs[0].data, le(&[1i32, 2, 3, 4, 5, 6, 7, 8], i32::to_le_bytes));
     let scalar = decode_value(one_input("FP64", json!([]), json!(2.5))).unwrap();
     assert_eq!(scalar.inputs[0].data, 2.5f64.to_le_bytes());
 }
 
 #[test]
 fn field_order_does_not_matter() {
-    let usual =
-        decode(r#"{"id":"a","inputs":[{"name":"x","shape":[2],"datatype":"UINT8","data":[1,2]}]}"#)
-            .unwrap();
+    let usual = decode(r#"{"id":"a","inputs":[{"name":"x","shape":[2],"datatype":"UINT8","data":[1,2]}]}"#).unwrap();
     let data_first =
-        decode(r#"{"inputs":[{"data":[1,2],"shape":[2],"name":"x","datatype":"UINT8"}],"id":"a"}"#)
-            .unwrap();
+        decode(r#"{"inputs":[{"data":[1,2],"shape":[2],"name":"x","datatype":"UINT8"}],"id":"a"}"#).unwrap();
     assert_eq!(usual, data_first);
     assert_eq!(usual.id.as_deref(), Some("a"));
     // A bad element is reported with the input's name even when the name comes last.
@@ -291,31 +269,11 @@ fn element_errors_name_the_element() {
             json!([true]),
             "input 'x': data element 0 is true, expected an integer",
         ),
-        (
-            "UINT8",
-            json!([300]),
-            "input 'x': value 300 does not fit UINT8",
-        ),
-        (
-            "UINT8",
-            json!([-1]),
-            "input 'x': value -1 does not fit UINT8",
-        ),
-        (
-            "INT8",
-            json!([-129]),
-            "input 'x': value -129 does not fit INT8",
-        ),
-        (
-            "UINT16",
-            json!([65536]),
-            "input 'x': value 65536 does not fit UINT16",
-        ),
-        (
-            "INT16",
-            json!([40000]),
-            "input 'x': value 40000 does not fit INT16",
-        ),
+        ("UINT8", json!([300]), "input 'x': value 300 does not fit UINT8"),
+        ("UINT8", json!([-1]), "input 'x': value -1 does not fit UINT8"),
+        ("INT8", json!([-129]), "input 'x': value -129 does not fit INT8"),
+        ("UINT16", json!([65536]), "input 'x': value 65536 does not fit UINT16"),
+        ("INT16", json!([40000]), "input 'x': value 40000 does not fit INT16"),
         (
             "UINT32",
             json!([4294967296u64]),
@@ -331,26 +289,10 @@ fn element_errors_name_the_element() {
             json!([9223372036854775808u64]),
             "input 'x': value 9223372036854775808 does not fit INT64",
         ),
-        (
-            "UINT64",
-            json!([-5]),
-            "input 'x': value -5 does not fit UINT64",
-        ),
-        (
-            "UINT64",
-            json!([1e20]),
-            "input 'x': value 1e+20 does not fit UINT64",
-        ),
-        (
-            "INT64",
-            json!([1e300]),
-            "input 'x': value 1e+300 does not fit INT64",
-        ),
-        (
-            "FP32",
-            json!([1e39]),
-            "input 'x': value 1e+39 does not fit FP32",
-        ),
+        ("UINT64", json!([-5]), "input 'x': value -5 does not fit UINT64"),
+        ("UINT64", json!([1e20]), "input 'x': value 1e+20 does not fit UINT64"),
+        ("INT64", json!([1e300]), "input 'x': value 1e+300 does not fit INT64"),
+        ("FP32", json!([1e39]), "input 'x': value 1e+39 does not fit FP32"),
     ];
     for (datatype, data, message) in cases {
         let n = data.as_array().map_or(1, |a| a.len()) as u64;
@@ -358,9 +300,7 @@ fn element_errors_name_the_element() {
     }
     // Literal too large for u64 parses as a float and is still a range error.
     assert_eq!(
-        err(
-            r#"{"inputs":[{"name":"x","shape":[1],"datatype":"UINT64","data":[18446744073709551616]}]}"#
-        ),
+        err(r#"{"inputs":[{"name":"x","shape":[1],"datatype":"UINT64","data":[18446744073709551616]}]}"#),
         "input 'x': value 1.8446744073709552e+19 does not fit UINT64"
     );
     // Long strings are shortened in messages.
@@ -380,28 +320,76 @@ fn structural_errors_are_precise() {
         (json!([1, 2]), "request: the body must be a JSON object, got an array"),
         (json!("hi"), r#"request: the body must be a JSON object, got "hi""#),
         (json!({}), r#"request: missing "inputs""#),
-        (json!({"inputs": {}}), r#"request: "inputs" must be an array, got an object"#),
-        (json!({"inputs": [7]}), "inputs[0]: each input must be a JSON object, got 7"),
-        (json!({"inputs": [{"shape": [1], "datatype": "FP32", "data": [1]}]}), r#"inputs[0]: missing "name""#),
-        (json!({"inputs": [{"name": 3, "shape": [1], "datatype": "FP32", "data": [1]}]}), r#"inputs[0]: "name" must be a string, got 3"#),
-        (json!({"inputs": [{"name": "x", "datatype": "FP32", "data": [1]}]}), r#"input 'x': missing "shape""#),
-        (json!({"inputs": [{"name": "x", "shape": [1], "data": [1]}]}), r#"input 'x': missing "datatype""#),
-        (json!({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32"}]}), r#"input 'x': missing "data" (or parameters.binary_data_size)"#),
-        (one_input("FP33", json!([1]), json!([1])), r#"input 'x': datatype "FP33" is not a V2 datatype"#),
-        (one_input("fp32", json!([1]), json!([1])), r#"input 'x': datatype "fp32" is not a V2 datatype"#),
-        (json!({"inputs": [{"name": "x", "shape": [1], "datatype": 5, "data": [1]}]}), "input 'x': datatype 5 is not a V2 datatype"),
-        (one_input("FP32", json!([-1, 3]), json!([1, 2, 3])), "input 'x': shape [-1, 3] has negative dimension -1"),
-        (one_input("FP32", json!([1.5]), json!([1])), r#"input 'x': "shape" must be an array of non-negative integers, got [1.5]"#),
-        (one_input("FP32", json!("3"), json!([1])), r#"input 'x': "shape" must be an array of non-negative integers, got "3""#),
-        (one_input("FP32", json!([u64::MAX, 4]), json!([1])), "input 'x': shape [18446744073709551615, 4] has too many elements"),
+        (
+            json!({"inputs": {}}),
+            r#"request: "inputs" must be an array, got an object"#,
+        ),
+        (
+            json!({"inputs": [7]}),
+            "inputs[0]: each input must be a JSON object, got 7",
+        ),
+        (
+            json!({"inputs": [{"shape": [1], "datatype": "FP32", "data": [1]}]}),
+            r#"inputs[0]: missing "name""#,
+        ),
+        (
+            json!({"inputs": [{"name": 3, "shape": [1], "datatype": "FP32", "data": [1]}]}),
+            r#"inputs[0]: "name" must be a string, got 3"#,
+        ),
+        (
+            json!({"inputs": [{"name": "x", "datatype": "FP32", "data": [1]}]}),
+            r#"input 'x': missing "shape""#,
+        ),
+        (
+            json!({"inputs": [{"name": "x", "shape": [1], "data": [1]}]}),
+            r#"input 'x': missing "datatype""#,
+        ),
+        (
+            json!({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32"}]}),
+            r#"input 'x': missing "data" (or parameters.binary_data_size)"#,
+        ),
+        (
+            one_input("FP33", json!([1]), json!([1])),
+            r#"input 'x': datatype "FP33" is not a V2 datatype"#,
+        ),
+        (
+            one_input("fp32", json!([1]), json!([1])),
+            r#"input 'x': datatype "fp32" is not a V2 datatype"#,
+        ),
+        (
+            json!({"inputs": [{"name": "x", "shape": [1], "datatype": 5, "data": [1]}]}),
+            "input 'x': datatype 5 is not a V2 datatype",
+        ),
+        (
+            one_input("FP32", json!([-1, 3]), json!([1, 2, 3])),
+            "input 'x': shape [-1, 3] has negative dimension -1",
+        ),
+        (
+            one_input("FP32", json!([1.5]), json!([1])),
+            r#"input 'x': "shape" must be an array of non-negative integers, got [1.5]"#,
+        ),
+        (
+            one_input("FP32", json!("3"), json!([1])),
+            r#"input 'x': "shape" must be an array of non-negative integers, got "3""#,
+        ),
+        (
+            one_input("FP32", json!([u64::MAX, 4]), json!([1])),
+            "input 'x': shape [18446744073709551615, 4] has too many elements",
+        ),
         (
             json!({"inputs": [
                 {"name": "x", "shape": [1], "datatype": "FP32", "data": [1]},
                 {"name": "x", "shape": [1], "datatype": "FP32", "data": [2]}]}),
             "input 'x' appears more than once",
         ),
-        (json!({"id": 5, "inputs": []}), r#"request: "id" must be a string, got 5"#),
-        (json!({"parameters": [], "inputs": []}), r#"request: "parameters" must be a JSON object, got []"#),
+        (
+            json!({"id": 5, "inputs": []}),
+            r#"request: "id" must be a string, got 5"#,
+        ),
+        (
+            json!({"parameters": [], "inputs": []}),
+            r#"request: "parameters" must be a JSON object, got []"#,
+        ),
         (
             json!({"parameters": {"binary_data_output": "yes"}, "inputs": []}),
             r#"request: parameters.binary_data_output must be true or false, got "yes""#,
@@ -422,8 +410,14 @@ fn structural_errors_are_precise() {
             json!({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "parameters": {"binary_data_size": 4}}]}),
             "input 'x': parameters.binary_data_size needs the Inference-Header-Content-Length header",
         ),
-        (json!({"inputs": [], "outputs": {}}), r#"request: "outputs" must be an array, got {}"#),
-        (json!({"inputs": [], "outputs": ["y"]}), r#"outputs[0]: each requested output must be a JSON object, got "y""#),
+        (
+            json!({"inputs": [], "outputs": {}}),
+            r#"request: "outputs" must be an array, got {}"#,
+        ),
+        (
+            json!({"inputs": [], "outputs": ["y"]}),
+            r#"outputs[0]: each requested output must be a JSON object, got "y""#,
+        ),
         (json!({"inputs": [], "outputs": [{}]}), r#"outputs[0]: missing "name""#),
         (
             json!({"inputs": [], "outputs": [{"name": "y", "parameters": {"binary_data": 1}}]}),
@@ -433,7 +427,10 @@ fn structural_errors_are_precise() {
             json!({"inputs": [], "outputs": [{"name": "y", "parameters": {"classification": 3}}]}),
             r#"output 'y': parameter "classification" is not supported"#,
         ),
-        (json!({"inputs": [], "outputs": [{"name": "y"}, {"name": "y"}]}), "output 'y' is requested more than once"),
+        (
+            json!({"inputs": [], "outputs": [{"name": "y"}, {"name": "y"}]}),
+            "output 'y' is requested more than once",
+        ),
     ];
     for (body, message) in cases {
         assert_eq!(err_value(body), message);
@@ -462,10 +459,7 @@ fn broken_json_reports_its_position() {
         err("{\"inputs\": []}\n  x"),
         "invalid JSON at line 2 column 3: trailing characters"
     );
-    assert_eq!(
-        err(""),
-        "invalid JSON at line 1 column 0: EOF while parsing a value"
-    );
+    assert_eq!(err(""), "invalid JSON at line 1 column 0: EOF while parsing a value");
     assert_eq!(
         err(r#"{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[NaN]}]}"#),
         "invalid JSON at line 1 column 62: expected value"
@@ -482,25 +476,16 @@ fn broken_json_reports_its_position() {
 #[test]
 fn huge_declared_shapes_are_rejected_without_allocating() {
     assert_eq!(
-        err_value(one_input(
-            "FP32",
-            json!([1_000_000_000_000u64]),
-            json!([1.0])
-        )),
+        err_value(one_input("FP32", json!([1_000_000_000_000u64]), json!([1.0]))),
         "input 'x': shape [1000000000000] needs 1000000000000 FP32 values, got 1"
     );
     assert_eq!(
-        err_value(one_input(
-            "BYTES",
-            json!([1_000_000_000_000u64]),
-            json!(["a"])
-        )),
+        err_value(one_input("BYTES", json!([1_000_000_000_000u64]), json!(["a"]))),
         "input 'x': shape [1000000000000] needs 1000000000000 BYTES values, got 1"
     );
-    let header =
-        json!({"inputs": [{"name": "x", "shape": [1_000_000_000_000u64], "datatype": "FP64",
+    let header = json!({"inputs": [{"name": "x", "shape": [1_000_000_000_000u64], "datatype": "FP64",
         "parameters": {"binary_data_size": 8}}]})
-        .to_string();
+    .to_string();
     let mut body = header.clone().into_bytes();
     body.extend_from_slice(&1.0f64.to_le_bytes());
     assert_eq!(
@@ -540,12 +525,7 @@ fn binary_inputs_mix_with_json_inputs() {
         request.inputs,
         vec![
             tensor("a", DataType::Fp32, &[2, 2], a),
-            tensor(
-                "j",
-                DataType::Int16,
-                &[3],
-                le(&[1i16, -2, 3], i16::to_le_bytes)
-            ),
+            tensor("j", DataType::Int16, &[3], le(&[1i16, -2, 3], i16::to_le_bytes)),
             tensor("s", DataType::Bytes, &[2], s),
         ]
     );
@@ -661,9 +641,7 @@ fn request_parameters_helpers() {
         request.timeout_us().unwrap_err().to_string(),
         "request: parameter \"timeout\" must be a non-negative integer (microseconds), got -3"
     );
-    let request =
-        decode(r#"{"inputs":[],"outputs":[{"name":"y","parameters":{"binary_data":true}}]}"#)
-            .unwrap();
+    let request = decode(r#"{"inputs":[],"outputs":[{"name":"y","parameters":{"binary_data":true}}]}"#).unwrap();
     assert_eq!(request.timeout_us(), Ok(None));
     assert!(request.binary_output("y"));
     assert!(!request.binary_output("z"));
@@ -678,24 +656,16 @@ fn unknown_fields_are_ignored() {
         r#"{"extra":[1,{"a":2}],"inputs":[{"name":"x","shape":[1],"datatype":"BOOL","data":[false],"comment":"hi"}]}"#,
     )
     .unwrap();
-    assert_eq!(
-        request.inputs,
-        vec![tensor("x", DataType::Bool, &[1], vec![0])]
-    );
+    assert_eq!(request.inputs, vec![tensor("x", DataType::Bool, &[1], vec![0])]);
 }
 
 #[test]
 fn escaped_strings_and_keys_decode() {
-    let request = decode(
-        r#"{"inputs":[{"n\u0061me":"x\"y","shape":[1],"datatype":"BYTES","data":["a\nb\u00e9"]}]}"#,
-    )
-    .unwrap();
+    let request =
+        decode(r#"{"inputs":[{"n\u0061me":"x\"y","shape":[1],"datatype":"BYTES","data":["a\nb\u00e9"]}]}"#).unwrap();
     let mut bytes = Vec::new();
     push_bytes_element(&mut bytes, "a\nbé".as_bytes());
-    assert_eq!(
-        request.inputs,
-        vec![tensor("x\"y", DataType::Bytes, &[1], bytes)]
-    );
+    assert_eq!(request.inputs, vec![tensor("x\"y", DataType::Bytes, &[1], bytes)]);
 }
 
 #[test]
@@ -728,18 +698,8 @@ fn floats_round_trip_bit_exactly_through_json() {
         .filter(|v| v.is_finite())
         .collect();
     let outputs = [
-        tensor(
-            "d",
-            DataType::Fp64,
-            &[f64s.len() as u64],
-            le(&f64s, f64::to_le_bytes),
-        ),
-        tensor(
-            "f",
-            DataType::Fp32,
-            &[f32s.len() as u64],
-            le(&f32s, f32::to_le_bytes),
-        ),
+        tensor("d", DataType::Fp64, &[f64s.len() as u64], le(&f64s, f64::to_le_bytes)),
+        tensor("f", DataType::Fp32, &[f32s.len() as u64], le(&f32s, f32::to_le_bytes)),
     ];
     let response = encode_response("m", "1", None, &outputs, &OutputOptions::default());
     let body: Value = serde_json::from_slice(&response.body).unwrap();
@@ -784,27 +744,15 @@ fn floats_round_trip_bit_exactly_through_json() {
 
 #[test]
 fn every_finite_fp16_round_trips_through_json() {
-    let halves: Vec<f16> = (0..=u16::MAX)
-        .map(f16::from_bits)
-        .filter(|h| h.is_finite())
-        .collect();
+    let halves: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).filter(|h| h.is_finite()).collect();
     let output = tensor(
         "h",
         DataType::Fp16,
         &[halves.len() as u64],
         le(&halves, f16::to_le_bytes),
     );
-    let response = encode_response(
-        "m",
-        "1",
-        None,
-        std::slice::from_ref(&output),
-        &OutputOptions::default(),
-    );
+    let response = encode_response("m", "1", None, std::slice::from_ref(&output), &OutputOptions::default());
     let body: Value = serde_json::from_slice(&response.body).unwrap();
     let request = decode_value(json!({"inputs": body["outputs"]})).unwrap();
-    assert!(
-        request.inputs[0] == output,
-        "FP16 values changed through JSON"
-    );
+    assert!(request.inputs[0] == output, "FP16 values changed through JSON");
 }

@@ -42,19 +42,11 @@ impl OutputOptions {
     /// outputs the model did not produce are left out (see [`OutputOptions::missing`]).
     pub fn select<'a>(&self, outputs: &'a [Tensor]) -> Vec<(&'a Tensor, bool)> {
         if self.requested.is_empty() {
-            return outputs
-                .iter()
-                .map(|t| (t, self.binary_by_default))
-                .collect();
+            return outputs.iter().map(|t| (t, self.binary_by_default)).collect();
         }
         self.requested
             .iter()
-            .filter_map(|(name, binary)| {
-                outputs
-                    .iter()
-                    .find(|t| &t.name == name)
-                    .map(|t| (t, *binary))
-            })
+            .filter_map(|(name, binary)| outputs.iter().find(|t| &t.name == name).map(|t| (t, *binary)))
             .collect()
     }
 
@@ -116,7 +108,9 @@ struct ResponseJson<'a> {
 /// Encodes a successful inference response with the outputs `options` selects.
 ///
 /// Binary outputs carry `parameters.binary_data_size` and their bytes follow the JSON in
-/// output order; then `json_header_len` is the JSON's length.
+/// output order; then `json_header_len` is the JSON's length. JSON outputs are flat;
+/// BYTES elements that are not UTF-8 are written lossily (U+FFFD) — clients that need
+/// them exactly must request binary output.
 pub fn encode_response(
     model_name: &str,
     model_version: &str,
@@ -139,11 +133,7 @@ pub fn encode_response(
             .collect(),
     };
     let mut body = to_json(&json);
-    let binary: Vec<&Tensor> = selected
-        .iter()
-        .filter(|(_, b)| *b)
-        .map(|(t, _)| *t)
-        .collect();
+    let binary: Vec<&Tensor> = selected.iter().filter(|(_, b)| *b).map(|(t, _)| *t).collect();
     if binary.is_empty() {
         return EncodedResponse {
             body,
@@ -189,11 +179,7 @@ impl Serialize for ItemJson<'_> {
                 map.serialize_entry("outputs", &outputs)?;
             }
             ItemResult::Err { status, message } => {
-                let status = if (400..=599).contains(status) {
-                    *status
-                } else {
-                    500
-                };
+                let status = if (400..=599).contains(status) { *status } else { 500 };
                 map.serialize_entry("status", &status)?;
                 map.serialize_entry("error", message)?;
             }
@@ -205,12 +191,7 @@ impl Serialize for ItemJson<'_> {
 /// Encodes a 207 Multi-Status body: one entry per item, in order. Always JSON (no binary
 /// data); successful items list all their outputs (apply [`OutputOptions::filter`] first
 /// to honour the request's output selection).
-pub fn encode_multi_status(
-    model_name: &str,
-    model_version: &str,
-    id: Option<&str>,
-    results: &[ItemResult],
-) -> Vec<u8> {
+pub fn encode_multi_status(model_name: &str, model_version: &str, id: Option<&str>, results: &[ItemResult]) -> Vec<u8> {
     to_json(&MultiStatusJson {
         model_name,
         model_version,
@@ -231,9 +212,8 @@ pub fn encode_error(message: &str) -> Vec<u8> {
 /// Serializes a body. Our `Serialize` impls cannot fail (string keys, no custom errors),
 /// but should that ever change the client still gets a well-formed V2 error.
 fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
-    serde_json::to_vec(value).unwrap_or_else(|_| {
-        br#"{"error":"internal error: response could not be encoded"}"#.to_vec()
-    })
+    serde_json::to_vec(value)
+        .unwrap_or_else(|_| br#"{"error":"internal error: response could not be encoded"}"#.to_vec())
 }
 
 #[cfg(test)]

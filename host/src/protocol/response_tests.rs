@@ -35,13 +35,7 @@ fn json_of(body: &[u8]) -> Value {
 #[test]
 fn json_response_lists_all_outputs_flat() {
     let outputs = [fp32("y", &[2, 2], &[1.0, 0.5, -0.25, 1e-3])];
-    let r = encode_response(
-        "digits",
-        "1",
-        Some("req-7"),
-        &outputs,
-        &OutputOptions::default(),
-    );
+    let r = encode_response("digits", "1", Some("req-7"), &outputs, &OutputOptions::default());
     assert_eq!(r.json_header_len, None);
     assert_eq!(
         String::from_utf8(r.body).unwrap(),
@@ -91,13 +85,7 @@ fn binary_response_puts_bytes_after_the_json() {
 #[test]
 fn non_utf8_bytes_are_lossy_in_json_and_exact_in_binary() {
     let s = bytes("s", &[b"\xff\xfeab", "é".as_bytes()]);
-    let r = encode_response(
-        "m",
-        "1",
-        None,
-        std::slice::from_ref(&s),
-        &OutputOptions::default(),
-    );
+    let r = encode_response("m", "1", None, std::slice::from_ref(&s), &OutputOptions::default());
     assert_eq!(
         json_of(&r.body)["outputs"][0]["data"],
         json!(["\u{fffd}\u{fffd}ab", "é"])
@@ -151,10 +139,7 @@ fn options_follow_the_request() {
 fn non_finite_floats_become_null_in_json() {
     let t = fp32("y", &[3], &[f32::NAN, f32::INFINITY, 1.0]);
     let r = encode_response("m", "1", None, &[t], &OutputOptions::default());
-    assert_eq!(
-        json_of(&r.body)["outputs"][0]["data"],
-        json!([null, null, 1.0])
-    );
+    assert_eq!(json_of(&r.body)["outputs"][0]["data"], json!([null, null, 1.0]));
 }
 
 #[test]
@@ -189,10 +174,7 @@ fn multi_status_lists_every_item() {
 
 #[test]
 fn error_body_escapes_the_message() {
-    assert_eq!(
-        encode_error("bad \"x\"\n"),
-        br#"{"error":"bad \"x\"\n"}"#.to_vec()
-    );
+    assert_eq!(encode_error("bad \"x\"\n"), br#"{"error":"bad \"x\"\n"}"#.to_vec());
 }
 
 #[test]

@@ -72,11 +72,7 @@ impl Serialize for BinaryParameters {
 struct FlatData<'a>(&'a Tensor);
 
 /// Writes each `N`-byte little-endian element of `data`, converted by `convert`.
-fn elements<S, T, const N: usize>(
-    serializer: S,
-    data: &[u8],
-    convert: impl Fn([u8; N]) -> T,
-) -> Result<S::Ok, S::Error>
+fn elements<S, T, const N: usize>(serializer: S, data: &[u8], convert: impl Fn([u8; N]) -> T) -> Result<S::Ok, S::Error>
 where
     S: Serializer,
     T: Serialize,

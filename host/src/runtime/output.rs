@@ -83,11 +83,7 @@ impl OutputStream for CapturedOutput {
 }
 
 impl tokio::io::AsyncWrite for CapturedOutput {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.append(buf) {
             0 if !buf.is_empty() => Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
             n => Poll::Ready(Ok(n)),

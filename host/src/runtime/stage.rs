@@ -123,22 +123,12 @@ impl StageTemplate {
                 "cannot link (imports something the sandbox does not offer?): {e:#}"
             ))
         })?;
-        let wrong_world = |e: wasmtime::Error| {
-            load_error(format!(
-                "does not implement the `{}` world: {e:#}",
-                kind.world()
-            ))
-        };
+        let wrong_world =
+            |e: wasmtime::Error| load_error(format!("does not implement the `{}` world: {e:#}", kind.world()));
         let pre = match kind {
-            StageKind::Preprocess => {
-                Pre::Preprocess(PreprocessorPre::new(instance_pre).map_err(wrong_world)?)
-            }
-            StageKind::Predict => {
-                Pre::Predict(PredictorPre::new(instance_pre).map_err(wrong_world)?)
-            }
-            StageKind::Postprocess => {
-                Pre::Postprocess(PostprocessorPre::new(instance_pre).map_err(wrong_world)?)
-            }
+            StageKind::Preprocess => Pre::Preprocess(PreprocessorPre::new(instance_pre).map_err(wrong_world)?),
+            StageKind::Predict => Pre::Predict(PredictorPre::new(instance_pre).map_err(wrong_world)?),
+            StageKind::Postprocess => Pre::Postprocess(PostprocessorPre::new(instance_pre).map_err(wrong_world)?),
         };
         let parameters = parameters
             .iter()
@@ -165,29 +155,21 @@ impl StageTemplate {
 
     /// A fresh instance, initialised with the model's parameters.
     pub fn instantiate(self: &Arc<Self>) -> Result<StageInstance, RuntimeError> {
-        let mut store = new_store(
-            self.runtime.engine(),
-            &self.model_dir,
-            self.tag.clone(),
-            self.limits,
-        )?;
+        let mut store = new_store(self.runtime.engine(), &self.model_dir, self.tag.clone(), self.limits)?;
         let init_error = |reason: String| RuntimeError::Init {
             file: self.file.clone(),
             reason,
         };
         let exports = match &self.pre {
-            Pre::Preprocess(pre) => Exports::Preprocess(
-                pre.instantiate(&mut store)
-                    .map_err(|e| init_error(format!("{e:#}")))?,
-            ),
-            Pre::Predict(pre) => Exports::Predict(
-                pre.instantiate(&mut store)
-                    .map_err(|e| init_error(format!("{e:#}")))?,
-            ),
-            Pre::Postprocess(pre) => Exports::Postprocess(
-                pre.instantiate(&mut store)
-                    .map_err(|e| init_error(format!("{e:#}")))?,
-            ),
+            Pre::Preprocess(pre) => {
+                Exports::Preprocess(pre.instantiate(&mut store).map_err(|e| init_error(format!("{e:#}")))?)
+            }
+            Pre::Predict(pre) => {
+                Exports::Predict(pre.instantiate(&mut store).map_err(|e| init_error(format!("{e:#}")))?)
+            }
+            Pre::Postprocess(pre) => {
+                Exports::Postprocess(pre.instantiate(&mut store).map_err(|e| init_error(format!("{e:#}")))?)
+            }
         };
         let mut instance = StageInstance {
             template: self.clone(),
@@ -244,16 +226,11 @@ impl StageInstance {
     }
 
     /// Runs predict on a batch; `Ok(Err(_))` is the plugin failing the whole batch.
-    pub fn predict(
-        &mut self,
-        batch: Vec<Tensor>,
-    ) -> Result<Result<Prediction, ItemError>, Trapped> {
+    pub fn predict(&mut self, batch: Vec<Tensor>) -> Result<Result<Prediction, ItemError>, Trapped> {
         let batch: Vec<wit::Tensor> = batch.into_iter().map(to_wit).collect();
         let answer = self.call(|exports, store| match exports {
             Exports::Predict(e) => e.call_predict(store, &batch),
-            _ => Err(wasmtime::Error::msg(
-                "predict called on a non-predict stage",
-            )),
+            _ => Err(wasmtime::Error::msg("predict called on a non-predict stage")),
         })?;
         Ok(answer
             .map(|p| Prediction {
@@ -272,8 +249,7 @@ impl StageInstance {
         &mut self,
         f: impl FnOnce(&Exports, &mut Store<StoreState>) -> wasmtime::Result<R>,
     ) -> Result<R, Trapped> {
-        self.store
-            .set_epoch_deadline(self.template.limits.deadline_ticks);
+        self.store.set_epoch_deadline(self.template.limits.deadline_ticks);
         let result = f(&self.exports, &mut self.store);
         let output = self.store.data().take_output();
         let tag = self.store.data().tag();
@@ -286,19 +262,12 @@ impl StageInstance {
                 output.trim_end()
             );
         }
-        result.map_err(|error| {
-            describe_trap(self.template.kind, &self.template.limits, &error, &output)
-        })
+        result.map_err(|error| describe_trap(self.template.kind, &self.template.limits, &error, &output))
     }
 }
 
 /// Turns a wasmtime error into the message an item's client reads.
-fn describe_trap(
-    kind: StageKind,
-    limits: &SandboxLimits,
-    error: &wasmtime::Error,
-    output: &str,
-) -> Trapped {
+fn describe_trap(kind: StageKind, limits: &SandboxLimits, error: &wasmtime::Error, output: &str) -> Trapped {
     let trap = error.downcast_ref::<Trap>().copied();
     let deadline = trap == Some(Trap::Interrupt);
     let mut message = if deadline {
@@ -356,8 +325,7 @@ fn is_runtime_frame(name: &str) -> bool {
         "abort",
         "rust_panic",
     ];
-    RUNTIME.iter().any(|prefix| name.starts_with(prefix))
-        || name.starts_with('<') && name.contains(" as core::")
+    RUNTIME.iter().any(|prefix| name.starts_with(prefix)) || name.starts_with('<') && name.contains(" as core::")
 }
 
 #[cfg(test)]
@@ -375,9 +343,6 @@ mod tests {
     #[test]
     fn backtrace_hint_is_dropped() {
         let out = "thread panicked at x.rs:1:2:\nboom\nnote: run with `RUST_BACKTRACE=1` environment variable\n";
-        assert_eq!(
-            guest_output_for_clients(out),
-            "thread panicked at x.rs:1:2:\nboom"
-        );
+        assert_eq!(guest_output_for_clients(out), "thread panicked at x.rs:1:2:\nboom");
     }
 }

@@ -69,11 +69,7 @@ impl WasiView for StoreState {
 
 impl log::Host for StoreState {
     fn log(&mut self, level: log::Level, message: String) {
-        let StageTag {
-            model,
-            version,
-            stage,
-        } = &self.tag;
+        let StageTag { model, version, stage } = &self.tag;
         let (model, version) = (&**model, &**version);
         match level {
             log::Level::Trace => tracing::trace!(model, version, stage, "{message}"),
@@ -103,9 +99,7 @@ pub fn new_store(
         .stdout(output.clone())
         .stderr(output.clone());
     wasi.preopened_dir(model_dir, MODEL_DIR_GUEST_PATH, FsPerms::ReadOnly)
-        .map_err(|e| {
-            RuntimeError::Sandbox(format!("cannot preopen {}: {e}", model_dir.display()))
-        })?;
+        .map_err(|e| RuntimeError::Sandbox(format!("cannot preopen {}: {e}", model_dir.display())))?;
     let state = StoreState {
         wasi: wasi.build(),
         table: ResourceTable::new(),

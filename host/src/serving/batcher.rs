@@ -77,10 +77,7 @@ impl BatcherHandle {
     }
 
     /// Queues every item of one request, or none of them.
-    pub fn submit(
-        &self,
-        items: Vec<Item>,
-    ) -> Result<Vec<oneshot::Receiver<ItemOutcome>>, SubmitError> {
+    pub fn submit(&self, items: Vec<Item>) -> Result<Vec<oneshot::Receiver<ItemOutcome>>, SubmitError> {
         let full = || SubmitError::QueueFull {
             model: self.model.to_string(),
             capacity: self.capacity,
@@ -98,11 +95,7 @@ impl BatcherHandle {
             // which the count above rules out.
             let admission = permits.split(1).ok_or_else(full)?;
             self.queue
-                .send(QueuedItem {
-                    item,
-                    reply,
-                    admission,
-                })
+                .send(QueuedItem { item, reply, admission })
                 .map_err(|_| SubmitError::Closed {
                     model: self.model.to_string(),
                 })?;
@@ -134,25 +127,17 @@ async fn run_queue(
         batch.retain(|queued| !queued.reply.is_closed());
         let gone = before - batch.len();
         if gone > 0 {
-            stats
-                .items_abandoned
-                .fetch_add(gone as u64, Ordering::Relaxed);
+            stats.items_abandoned.fetch_add(gone as u64, Ordering::Relaxed);
         }
         if batch.is_empty() {
             continue;
         }
         let items = batch
             .into_iter()
-            .map(
-                |QueuedItem {
-                     item,
-                     reply,
-                     admission,
-                 }| {
-                    drop(admission);
-                    (item, reply)
-                },
-            )
+            .map(|QueuedItem { item, reply, admission }| {
+                drop(admission);
+                (item, reply)
+            })
             .collect();
         if jobs.send(Job { items, instance }).is_err() {
             return; // the instances are gone: the model is being torn down
@@ -161,11 +146,7 @@ async fn run_queue(
 }
 
 /// Adds queued items to `batch` until it is full or the first item's wait is over.
-async fn gather(
-    receiver: &mut mpsc::UnboundedReceiver<QueuedItem>,
-    batch: &mut Vec<QueuedItem>,
-    policy: &BatchPolicy,
-) {
+async fn gather(receiver: &mut mpsc::UnboundedReceiver<QueuedItem>, batch: &mut Vec<QueuedItem>, policy: &BatchPolicy) {
     while batch.len() < policy.max_batch_size {
         match receiver.try_recv() {
             Ok(item) => batch.push(item),

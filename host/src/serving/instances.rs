@@ -41,17 +41,18 @@ pub fn spawn_workers(
         .collect()
 }
 
-fn work(
-    mut pipeline: PipelineInstance,
-    jobs: crossbeam_channel::Receiver<Job>,
-    stats: Arc<ModelStats>,
-) {
+fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, stats: Arc<ModelStats>) {
+    stats.instances_live.fetch_add(1, Ordering::Relaxed);
+    let mut whole = true;
     while let Ok(Job { items, instance }) = jobs.recv() {
         // A client may have gone while the batch waited for this thread.
-        let (items, replies): (Vec<Item>, Vec<_>) = items
-            .into_iter()
-            .filter(|(_, reply)| !reply.is_closed())
-            .unzip();
+        let queued = items.len();
+        let (items, replies): (Vec<Item>, Vec<_>) = items.into_iter().filter(|(_, reply)| !reply.is_closed()).unzip();
+        if items.len() < queued {
+            stats
+                .items_abandoned
+                .fetch_add((queued - items.len()) as u64, Ordering::Relaxed);
+        }
         if items.is_empty() {
             continue;
         }
@@ -62,6 +63,14 @@ fn work(
         stats
             .traps
             .fetch_add(pipeline.traps() - traps_before, Ordering::Relaxed);
+        if whole != pipeline.is_whole() {
+            whole = pipeline.is_whole();
+            if whole {
+                stats.instances_live.fetch_add(1, Ordering::Relaxed);
+            } else {
+                stats.instances_live.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
         for (reply, outcome) in replies.into_iter().zip(outcomes) {
             let counter = if outcome.is_ok() {
                 &stats.items_ok
@@ -73,5 +82,8 @@ fn work(
             let _ = reply.send(outcome);
         }
         drop(instance);
+    }
+    if whole {
+        stats.instances_live.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -14,9 +14,7 @@ use super::stats::ModelStats;
 use crate::model_config::{ConfigError, ModelConfig};
 use crate::outcome::{ItemError, ItemOutcome};
 use crate::pipeline::PipelineTemplate;
-use crate::runtime::{
-    deadline_ticks, Runtime, RuntimeError, SandboxLimits, StageKind, StageTag, StageTemplate,
-};
+use crate::runtime::{deadline_ticks, Runtime, RuntimeError, SandboxLimits, StageKind, StageTag, StageTemplate};
 use crate::tensor::Item;
 
 /// Why a model version could not be loaded.
@@ -42,33 +40,20 @@ impl Model {
     /// Loads the model folder `dir`: parses its config, compiles every stage and
     /// initialises every instance. Blocking (compiles wasm); call from a blocking thread,
     /// inside a tokio runtime (the batcher task is spawned on it).
-    pub fn load(
-        runtime: &Runtime,
-        dir: &Path,
-        tokio: &tokio::runtime::Handle,
-    ) -> Result<Self, LoadError> {
+    pub fn load(runtime: &Runtime, dir: &Path, tokio: &tokio::runtime::Handle) -> Result<Self, LoadError> {
         let config = ModelConfig::load(dir)?;
         let limits = SandboxLimits {
             memory_bytes: config.limits.memory_bytes,
             deadline_ticks: deadline_ticks(config.limits.stage_timeout),
         };
-        let (model, version): (Arc<str>, Arc<str>) =
-            (config.name.as_str().into(), config.version.as_str().into());
+        let (model, version): (Arc<str>, Arc<str>) = (config.name.as_str().into(), config.version.as_str().into());
         let load = |kind: StageKind, file: &Path| {
             let tag = StageTag {
                 model: model.clone(),
                 version: version.clone(),
                 stage: kind.name(),
             };
-            StageTemplate::load(
-                runtime,
-                kind,
-                file,
-                &config.dir,
-                tag,
-                limits,
-                &config.parameters,
-            )
+            StageTemplate::load(runtime, kind, file, &config.dir, tag, limits, &config.parameters)
         };
         let mut template = PipelineTemplateBuilder::default();
         for (kind, file) in &config.stages {
@@ -94,8 +79,7 @@ impl Model {
 
         let stats = Arc::new(ModelStats::default());
         let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
-        let workers = spawn_workers(&config.name, instances, jobs_rx, stats.clone())
-            .map_err(LoadError::Threads)?;
+        let workers = spawn_workers(&config.name, instances, jobs_rx, stats.clone()).map_err(LoadError::Threads)?;
         let policy = BatchPolicy {
             max_batch_size: config.batching.max_batch_size,
             max_queue_delay: config.batching.max_queue_delay,
@@ -113,20 +97,14 @@ impl Model {
     }
 
     /// Runs items through the model; each gets its outcome, or a 504 once `timeout` passes.
-    pub async fn infer(
-        &self,
-        items: Vec<Item>,
-        timeout: Duration,
-    ) -> Result<Vec<ItemOutcome>, SubmitError> {
+    pub async fn infer(&self, items: Vec<Item>, timeout: Duration) -> Result<Vec<ItemOutcome>, SubmitError> {
         let deadline = Instant::now() + timeout;
         let receivers = self.batcher.submit(items)?;
         let mut outcomes = Vec::with_capacity(receivers.len());
         for receiver in receivers {
             let outcome = match tokio::time::timeout_at(deadline, receiver).await {
                 Ok(Ok(outcome)) => outcome,
-                Ok(Err(_)) => Err(ItemError::trap(
-                    "the model instance stopped before answering",
-                )),
+                Ok(Err(_)) => Err(ItemError::trap("the model instance stopped before answering")),
                 Err(_) => Err(ItemError::deadline(format!(
                     "request timed out after {} us",
                     timeout.as_micros()
@@ -139,9 +117,7 @@ impl Model {
 
     /// Stops taking items and waits until every queued and running item is answered.
     pub fn drain(self) {
-        let Model {
-            batcher, workers, ..
-        } = self;
+        let Model { batcher, workers, .. } = self;
         drop(batcher);
         for worker in workers {
             let _ = worker.join();

@@ -17,6 +17,8 @@ pub struct ModelStats {
     pub items_ok: AtomicU64,
     /// Items that ended in an error.
     pub items_failed: AtomicU64,
+    /// Pipeline instances whose every stage is live (replacements included).
+    pub instances_live: AtomicU64,
 }
 
 /// A plain copy of [`ModelStats`].
@@ -28,6 +30,7 @@ pub struct StatsSnapshot {
     pub traps: u64,
     pub items_ok: u64,
     pub items_failed: u64,
+    pub instances_live: u64,
 }
 
 impl ModelStats {
@@ -40,6 +43,7 @@ impl ModelStats {
             traps: read(&self.traps),
             items_ok: read(&self.items_ok),
             items_failed: read(&self.items_failed),
+            instances_live: read(&self.instances_live),
         }
     }
 }
