@@ -37,7 +37,7 @@ fn images(n: usize) -> Vec<f32> {
 fn forward_pass(c: &mut Criterion) {
     let model_dir = root().join("examples/models/digits");
     let weights = Weights::from_dir(&model_dir).expect("weights");
-    let runtime = Runtime::new().expect("runtime");
+    let runtime = Runtime::new(None).expect("runtime");
     let tag = StageTag {
         model: "digits".into(),
         version: "1".into(),

@@ -18,6 +18,60 @@ pub struct Cli {
 pub enum Command {
     /// Serve every model folder of a repository over the Open Inference Protocol.
     Serve(ServeConfig),
+    /// Validate every model folder of a repository: parse each model.toml, compile every
+    /// stage and run each stage's init. Exits non-zero when any model is broken.
+    Check(CheckConfig),
+}
+
+/// How the set of served models may change while the server runs (as Triton's
+/// `--model-control-mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModelControl {
+    /// Load every model at start, and reload a model whenever its folder changes.
+    Poll,
+    /// Load only `--load-model` models at start; change models through the repository API.
+    Explicit,
+    /// Load every model at start; nothing changes afterwards.
+    None,
+}
+
+/// Settings of `tensorplug check`.
+#[derive(Clone, Debug, Args)]
+pub struct CheckConfig {
+    /// The model repository to validate.
+    #[arg(env = "TENSORPLUG_REPOSITORY", default_value = "models")]
+    pub repository: PathBuf,
+
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+/// Where compiled plugins are cached.
+#[derive(Clone, Debug, Args)]
+pub struct CacheArgs {
+    /// Folder of the compile cache (default: $XDG_CACHE_HOME/tensorplug or
+    /// ~/.cache/tensorplug).
+    #[arg(long, env = "TENSORPLUG_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// Compile every plugin afresh instead of using the cache.
+    #[arg(long, env = "TENSORPLUG_NO_CACHE")]
+    pub no_cache: bool,
+}
+
+impl CacheArgs {
+    /// The cache folder to use, if any.
+    pub fn resolved_dir(&self) -> Option<PathBuf> {
+        if self.no_cache {
+            return None;
+        }
+        self.cache_dir.clone().or_else(|| {
+            let base = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+            Some(base.join("tensorplug"))
+        })
+    }
 }
 
 /// Settings of `tensorplug serve`.
@@ -47,6 +101,29 @@ pub struct ServeConfig {
     /// Log filter (tracing's EnvFilter syntax, e.g. `info,tensorplug=debug`).
     #[arg(long, env = "TENSORPLUG_LOG", default_value = "info")]
     pub log: String,
+
+    /// How the set of served models may change while running.
+    #[arg(long, env = "TENSORPLUG_MODEL_CONTROL", value_enum, default_value_t = ModelControl::Poll)]
+    pub model_control: ModelControl,
+
+    /// With `--model-control explicit`: a model to load at start (repeatable).
+    #[arg(long = "load-model", env = "TENSORPLUG_LOAD_MODELS", value_delimiter = ',')]
+    pub load_models: Vec<String>,
+
+    /// Serve the repository API (index, load, unload) under /v2/repository.
+    #[arg(long, env = "TENSORPLUG_REPOSITORY_API", default_value_t = true, action = clap::ArgAction::Set)]
+    pub repository_api: bool,
+
+    /// When set, the repository API demands `Authorization: Bearer <token>`.
+    #[arg(long, env = "TENSORPLUG_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// How long the repository must be quiet after a change before it is reloaded.
+    #[arg(long, env = "TENSORPLUG_WATCH_DEBOUNCE_MS", default_value_t = 200)]
+    pub watch_debounce_ms: u64,
+
+    #[command(flatten)]
+    pub cache: CacheArgs,
 }
 
 impl ServeConfig {
@@ -59,6 +136,15 @@ impl ServeConfig {
             max_body_bytes: 64 * 1024 * 1024,
             shutdown_grace_secs: 30,
             log: "info".into(),
+            model_control: ModelControl::Poll,
+            load_models: Vec::new(),
+            repository_api: true,
+            admin_token: None,
+            watch_debounce_ms: 100,
+            cache: CacheArgs {
+                cache_dir: None,
+                no_cache: true,
+            },
         }
     }
 

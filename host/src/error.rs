@@ -6,7 +6,7 @@
 use axum::http::StatusCode;
 
 use crate::protocol::ProtocolError;
-use crate::serving::SubmitError;
+use crate::serving::{RepositoryError, SubmitError};
 
 /// Why a whole request failed.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +31,12 @@ pub enum ServeError {
     Queue(#[from] SubmitError),
     #[error("{0}")]
     Internal(String),
+    #[error("the repository API needs `Authorization: Bearer <admin token>`")]
+    Unauthorized,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error(transparent)]
+    Repository(#[from] RepositoryError),
 }
 
 impl ServeError {
@@ -42,6 +48,13 @@ impl ServeError {
             ServeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ServeError::ModelNotReady(_) | ServeError::Queue(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ServeError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ServeError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ServeError::Repository(e) => match e {
+                RepositoryError::InvalidName(_) => StatusCode::BAD_REQUEST,
+                RepositoryError::NoSuchFolder(_) | RepositoryError::NotLoaded(_) => StatusCode::NOT_FOUND,
+                RepositoryError::Load { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            },
         }
     }
 

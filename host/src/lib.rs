@@ -13,6 +13,7 @@
 //!
 //! [`tensor`] and [`outcome`] are the vocabulary every layer shares.
 
+pub mod check;
 pub mod config;
 pub mod error;
 pub mod http;

@@ -14,5 +14,25 @@ async fn main() -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(address).await?;
             tensorplug::server::run(config, listener, tensorplug::shutdown::signal()).await
         }
+        Command::Check(config) => {
+            tensorplug::telemetry::init("error");
+            let runtime = tensorplug::runtime::Runtime::new(config.cache.resolved_dir().as_deref())?;
+            let verdicts = tensorplug::check::check_repository(&config.repository, &runtime)?;
+            let mut broken = 0;
+            for verdict in &verdicts {
+                match &verdict.result {
+                    Ok(summary) => println!("ok     {}: {summary}", verdict.name),
+                    Err(error) => {
+                        broken += 1;
+                        println!("error  {}: {error}", verdict.name);
+                    }
+                }
+            }
+            println!("{} models, {} broken", verdicts.len(), broken);
+            if broken > 0 {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
 }

@@ -3,14 +3,15 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
 
-use crate::config::ServeConfig;
+use crate::config::{ModelControl, ServeConfig};
 use crate::http::{router, AppState};
 use crate::runtime::Runtime;
-use crate::serving::Repository;
+use crate::serving::{watch, Repository};
 
 /// Serves `config.repository` on `listener` until `shutdown` resolves.
 pub async fn run(
@@ -18,15 +19,33 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let runtime = Runtime::new().context("starting the wasm runtime")?;
-    let repository = Arc::new(
-        Repository::open(&config.repository, runtime)
-            .await
+    let cache_dir = config.cache.resolved_dir();
+    let runtime = Runtime::new(cache_dir.as_deref()).context("starting the wasm runtime")?;
+    let repository = Arc::new(Repository::new(&config.repository, runtime));
+    let initial = match config.model_control {
+        ModelControl::Poll | ModelControl::None => repository
+            .model_folders()
             .with_context(|| format!("reading the model repository {}", config.repository.display()))?,
-    );
+        ModelControl::Explicit => config.load_models.clone(),
+    };
+    for name in &initial {
+        // A failure is logged and shown in the index; the other models still serve.
+        let _ = repository.load(name).await;
+    }
+    let _watch = match config.model_control {
+        ModelControl::Poll => Some(
+            watch(repository.clone(), Duration::from_millis(config.watch_debounce_ms))
+                .context("watching the model repository")?,
+        ),
+        ModelControl::Explicit | ModelControl::None => None,
+    };
+
     let state = Arc::new(AppState {
         repository: repository.clone(),
         max_body_bytes: usize::try_from(config.max_body_bytes).unwrap_or(usize::MAX),
+        repository_api: config.repository_api,
+        model_control: config.model_control,
+        admin_token: config.admin_token.clone(),
     });
     let address = listener.local_addr()?;
     tracing::info!(%address, repository = %config.repository.display(), "serving the Open Inference Protocol over HTTP");
@@ -48,7 +67,7 @@ pub async fn run(
             tracing::warn!(grace_secs = grace.as_secs(), "grace period over; dropping unfinished requests");
         }
     }
-    repository.drain().await;
+    repository.drain(grace).await;
     tracing::info!("stopped");
     Ok(())
 }

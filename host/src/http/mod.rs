@@ -5,6 +5,7 @@
 
 mod health;
 mod infer;
+mod repository;
 mod response;
 
 use std::sync::Arc;
@@ -21,6 +22,12 @@ pub struct AppState {
     pub repository: Arc<Repository>,
     /// Largest accepted request body, in bytes (413 beyond).
     pub max_body_bytes: usize,
+    /// Whether `/v2/repository/...` is served.
+    pub repository_api: bool,
+    /// Whether models may be loaded and unloaded while running.
+    pub model_control: crate::config::ModelControl,
+    /// Bearer token the repository API demands, if any.
+    pub admin_token: Option<String>,
 }
 
 /// The V2 REST routes.
@@ -40,6 +47,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/v2/models/{model}/versions/{version}/ready",
             get(health::model_ready_versioned),
         )
+        .route("/v2/repository/index", post(repository::index))
+        .route("/v2/repository/models/{model}/load", post(repository::load))
+        .route("/v2/repository/models/{model}/unload", post(repository::unload))
         .route("/v2/models/{model}/infer", post(infer::infer))
         .route(
             "/v2/models/{model}/versions/{version}/infer",

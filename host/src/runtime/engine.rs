@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use std::path::Path;
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime::{Config, Engine, WasmBacktraceDetails};
+
+use wasmtime::{Cache, CacheConfig, Config, Engine, WasmBacktraceDetails};
 
 use super::bindings::log;
 use super::store::StoreState;
@@ -28,9 +30,18 @@ pub struct Runtime {
 
 impl Runtime {
     /// Builds the engine (epoch interruption on, backtraces with function names but
-    /// without DWARF line lookup, which costs milliseconds per trap).
-    pub fn new() -> Result<Self, RuntimeError> {
+    /// without DWARF line lookup, which costs milliseconds per trap). With `cache_dir`,
+    /// compiled code is kept on disk there, so a restart or a reload of an unchanged
+    /// stage costs milliseconds instead of a recompile.
+    pub fn new(cache_dir: Option<&Path>) -> Result<Self, RuntimeError> {
         let mut config = Config::new();
+        if let Some(dir) = cache_dir {
+            let mut cache_config = CacheConfig::new();
+            cache_config.with_directory(dir);
+            let cache = Cache::new(cache_config)
+                .map_err(|e| RuntimeError::Engine(format!("compile cache in {}: {e:#}", dir.display())))?;
+            config.cache(Some(cache));
+        }
         config
             .epoch_interruption(true)
             .wasm_backtrace_details(WasmBacktraceDetails::Disable)

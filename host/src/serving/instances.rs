@@ -5,7 +5,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
@@ -27,7 +26,7 @@ pub fn spawn_workers(
     instances: Vec<PipelineInstance>,
     jobs: crossbeam_channel::Receiver<Job>,
     stats: Arc<ModelStats>,
-) -> std::io::Result<Vec<JoinHandle<()>>> {
+) -> std::io::Result<()> {
     instances
         .into_iter()
         .enumerate()
@@ -37,6 +36,7 @@ pub fn spawn_workers(
             std::thread::Builder::new()
                 .name(format!("{model}#{n}"))
                 .spawn(move || work(instance, jobs, stats))
+                .map(drop)
         })
         .collect()
 }

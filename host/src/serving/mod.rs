@@ -6,8 +6,10 @@ mod instances;
 mod model;
 mod repository;
 mod stats;
+mod watch;
 
 pub use batcher::SubmitError;
 pub use model::{LoadError, Model};
-pub use repository::{ModelState, Repository};
+pub use repository::{Entry, ModelState, Repository, RepositoryError};
 pub use stats::{ModelStats, StatsSnapshot};
+pub use watch::{watch, RepositoryWatch};

@@ -2,7 +2,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -33,7 +32,6 @@ pub struct Model {
     pub config: ModelConfig,
     pub stats: Arc<ModelStats>,
     batcher: BatcherHandle,
-    workers: Vec<JoinHandle<()>>,
 }
 
 impl Model {
@@ -41,7 +39,20 @@ impl Model {
     /// initialises every instance. Blocking (compiles wasm); call from a blocking thread,
     /// inside a tokio runtime (the batcher task is spawned on it).
     pub fn load(runtime: &Runtime, dir: &Path, tokio: &tokio::runtime::Handle) -> Result<Self, LoadError> {
-        let config = ModelConfig::load(dir)?;
+        Self::load_with_instances(runtime, dir, tokio, None)
+    }
+
+    /// [`Model::load`] with the instance count overridden (`tensorplug check` needs one).
+    pub fn load_with_instances(
+        runtime: &Runtime,
+        dir: &Path,
+        tokio: &tokio::runtime::Handle,
+        instances: Option<usize>,
+    ) -> Result<Self, LoadError> {
+        let mut config = ModelConfig::load(dir)?;
+        if let Some(n) = instances {
+            config.limits.instances = n;
+        }
         let limits = SandboxLimits {
             memory_bytes: config.limits.memory_bytes,
             deadline_ticks: deadline_ticks(config.limits.stage_timeout),
@@ -79,7 +90,8 @@ impl Model {
 
         let stats = Arc::new(ModelStats::default());
         let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
-        let workers = spawn_workers(&config.name, instances, jobs_rx, stats.clone()).map_err(LoadError::Threads)?;
+        // The threads exit by themselves once the batcher is dropped and its queue drained.
+        spawn_workers(&config.name, instances, jobs_rx, stats.clone()).map_err(LoadError::Threads)?;
         let policy = BatchPolicy {
             max_batch_size: config.batching.max_batch_size,
             max_queue_delay: config.batching.max_queue_delay,
@@ -88,12 +100,7 @@ impl Model {
         let idle = Arc::new(Semaphore::new(config.limits.instances));
         let _guard = tokio.enter();
         let batcher = BatcherHandle::spawn(model, policy, idle, jobs_tx, stats.clone());
-        Ok(Self {
-            config,
-            stats,
-            batcher,
-            workers,
-        })
+        Ok(Self { config, stats, batcher })
     }
 
     /// Runs items through the model; each gets its outcome, or a 504 once `timeout` passes.
@@ -113,15 +120,6 @@ impl Model {
             outcomes.push(outcome);
         }
         Ok(outcomes)
-    }
-
-    /// Stops taking items and waits until every queued and running item is answered.
-    pub fn drain(self) {
-        let Model { batcher, workers, .. } = self;
-        drop(batcher);
-        for worker in workers {
-            let _ = worker.join();
-        }
     }
 }
 

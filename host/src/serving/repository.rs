@@ -1,12 +1,15 @@
 //! The model repository: a folder of model folders, and the live version of each.
 //!
 //! The map from names to models sits behind an `ArcSwap`: readers (every request) take a
-//! snapshot without locking, and a (re)load swaps in a new map atomically. Requests that
-//! already hold an `Arc<Model>` finish on the version they started on.
+//! snapshot without locking, and a (re)load swaps in a new map atomically once the new
+//! version is fully ready. Requests that already hold an `Arc<Model>` finish on the
+//! version they started on; the old version's instances go away when the last of them
+//! lets go. A version that fails to load leaves the previous one serving.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
@@ -29,8 +32,25 @@ pub struct Entry {
     pub state: ModelState,
     /// The live version, when there is one.
     pub model: Option<Arc<Model>>,
-    /// Why the last load failed.
+    /// Why the last load failed, or why the model is unavailable.
     pub reason: Option<String>,
+}
+
+/// Why a repository operation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RepositoryError {
+    #[error("'{0}' is not a valid model name (letters, digits, '-', '_', '.'; not starting with '.')")]
+    InvalidName(String),
+    #[error("no model folder '{0}' with a model.toml in the repository")]
+    NoSuchFolder(String),
+    #[error("model '{0}' is not loaded")]
+    NotLoaded(String),
+    #[error("loading model '{name}' failed: {source}")]
+    Load {
+        name: String,
+        #[source]
+        source: Arc<LoadError>,
+    },
 }
 
 /// Every model the server knows, by name.
@@ -38,25 +58,27 @@ pub struct Repository {
     root: PathBuf,
     runtime: Runtime,
     entries: ArcSwap<BTreeMap<String, Entry>>,
+    /// One load at a time: the watcher and the API may ask for the same model at once,
+    /// and two compiles in parallel would only slow both on a small machine.
+    loading: tokio::sync::Mutex<()>,
 }
 
 impl Repository {
-    /// Loads every model folder under `root` (folders holding a `model.toml`). A model
-    /// that fails to load is listed as UNAVAILABLE with its reason; the others serve.
-    pub async fn open(root: &Path, runtime: Runtime) -> std::io::Result<Self> {
-        let repository = Self {
+    /// A repository over `root` with nothing loaded yet.
+    pub fn new(root: &Path, runtime: Runtime) -> Self {
+        Self {
             root: root.to_path_buf(),
             runtime,
             entries: ArcSwap::from_pointee(BTreeMap::new()),
-        };
-        for name in repository.model_folders()? {
-            // A failure is logged and shown in the index; the other models still serve.
-            let _ = repository.load(&name).await;
+            loading: tokio::sync::Mutex::new(()),
         }
-        Ok(repository)
     }
 
-    /// Names of the model folders under the root, sorted.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Names of the model folders under the root (folders holding a `model.toml`), sorted.
     pub fn model_folders(&self) -> std::io::Result<Vec<String>> {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(&self.root)? {
@@ -70,18 +92,38 @@ impl Repository {
         Ok(names)
     }
 
-    /// (Re)loads one model folder in the background; the previous version keeps serving
-    /// until the new one is ready, and stays when the new one fails.
-    pub async fn load(&self, name: &str) -> Result<(), Arc<LoadError>> {
+    fn folder_of(&self, name: &str) -> Result<PathBuf, RepositoryError> {
+        if !is_valid_model_name(name) {
+            return Err(RepositoryError::InvalidName(name.to_string()));
+        }
         let dir = self.root.join(name);
+        if !dir.join(MODEL_FILE).is_file() {
+            return Err(RepositoryError::NoSuchFolder(name.to_string()));
+        }
+        Ok(dir)
+    }
+
+    /// (Re)loads one model folder in the background. The previous version keeps serving
+    /// until the new one is ready, and stays when the new one fails.
+    pub async fn load(&self, name: &str) -> Result<(), RepositoryError> {
+        let dir = self.folder_of(name)?;
+        let _one_at_a_time = self.loading.lock().await;
+        self.update(name, |entry| Entry {
+            state: if entry.and_then(|e| e.model.as_ref()).is_some() {
+                ModelState::Ready
+            } else {
+                ModelState::Loading
+            },
+            model: entry.and_then(|e| e.model.clone()),
+            reason: Some("loading".into()),
+        });
         let runtime = self.runtime.clone();
         let tokio = tokio::runtime::Handle::current();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let loaded = tokio::task::spawn_blocking(move || Model::load(&runtime, &dir, &tokio))
             .await
             .unwrap_or_else(|e| Err(LoadError::Threads(std::io::Error::other(e.to_string()))));
-        let previous = self.entries.load().get(name).and_then(|e| e.model.clone());
-        let (entry, result) = match loaded {
+        match loaded {
             Ok(model) => {
                 tracing::info!(
                     model = name,
@@ -90,39 +132,89 @@ impl Repository {
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "model ready"
                 );
-                (
-                    Entry {
-                        state: ModelState::Ready,
-                        model: Some(Arc::new(model)),
-                        reason: None,
-                    },
-                    Ok(()),
-                )
+                let model = Arc::new(model);
+                self.update(name, |_| Entry {
+                    state: ModelState::Ready,
+                    model: Some(model.clone()),
+                    reason: None,
+                });
+                Ok(())
             }
             Err(error) => {
+                let error = Arc::new(error);
                 tracing::error!(model = name, "model failed to load: {error}");
-                let state = if previous.is_some() {
-                    ModelState::Ready
-                } else {
-                    ModelState::Unavailable
-                };
-                let reason = Some(error.to_string());
-                (
+                self.update(name, |entry| {
+                    let previous = entry.and_then(|e| e.model.clone());
                     Entry {
-                        state,
+                        state: if previous.is_some() {
+                            ModelState::Ready
+                        } else {
+                            ModelState::Unavailable
+                        },
                         model: previous,
-                        reason,
-                    },
-                    Err(Arc::new(error)),
-                )
+                        reason: Some(error.to_string()),
+                    }
+                });
+                Err(RepositoryError::Load {
+                    name: name.to_string(),
+                    source: error,
+                })
             }
-        };
+        }
+    }
+
+    /// Takes a model out of service; it stays in the index as UNAVAILABLE. Its queued and
+    /// running items still finish.
+    pub async fn unload(&self, name: &str) -> Result<(), RepositoryError> {
+        if !is_valid_model_name(name) {
+            return Err(RepositoryError::InvalidName(name.to_string()));
+        }
+        let _one_at_a_time = self.loading.lock().await;
+        if self.entries.load().get(name).and_then(|e| e.model.as_ref()).is_none() {
+            return Err(RepositoryError::NotLoaded(name.to_string()));
+        }
+        self.update(name, |_| Entry {
+            state: ModelState::Unavailable,
+            model: None,
+            reason: Some("unloaded".into()),
+        });
+        tracing::info!(model = name, "model unloaded");
+        Ok(())
+    }
+
+    /// Brings one name in line with the folder: loads (or reloads) it when its folder
+    /// holds a model.toml, forgets it when the folder is gone.
+    pub async fn reconcile(&self, name: &str) {
+        if self.root.join(name).join(MODEL_FILE).is_file() {
+            // A failure is logged and shown in the index; the previous version serves on.
+            let _ = self.load(name).await;
+        } else if self.entries.load().contains_key(name) {
+            let _one_at_a_time = self.loading.lock().await;
+            self.entries.rcu(|entries| {
+                let mut entries = BTreeMap::clone(entries);
+                entries.remove(name);
+                entries
+            });
+            tracing::info!(model = name, "model folder removed; model unloaded");
+        }
+    }
+
+    /// Every name that is either a model folder now or known from before.
+    pub fn known_and_present(&self) -> Vec<String> {
+        let mut names = self.model_folders().unwrap_or_default();
+        names.extend(self.entries.load().keys().cloned());
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    fn update(&self, name: &str, change: impl Fn(Option<&Entry>) -> Entry) {
         self.entries.rcu(|entries| {
             let mut entries = BTreeMap::clone(entries);
-            entries.insert(name.to_string(), entry.clone());
+            let entry = change(entries.get(name));
+            entries.insert(name.to_string(), entry);
             entries
         });
-        result
     }
 
     /// The live version of a model.
@@ -139,30 +231,29 @@ impl Repository {
             .collect()
     }
 
-    /// Whether every known model has a live version.
+    /// Whether every known model has a live version (and no load is under way for a
+    /// model without one).
     pub fn all_ready(&self) -> bool {
-        self.entries.load().values().all(|e| e.model.is_some())
+        self.entries
+            .load()
+            .values()
+            .all(|e| e.model.is_some() || e.reason.as_deref() == Some("unloaded"))
     }
 
-    /// Removes every model and waits until their queued and running items are answered.
-    pub async fn drain(&self) {
+    /// Takes every model out of service and waits, up to `grace`, until their queued and
+    /// running items are answered.
+    pub async fn drain(&self, grace: Duration) {
         let entries = self.entries.swap(Arc::new(BTreeMap::new()));
         let models: Vec<Arc<Model>> = entries.values().filter_map(|e| e.model.clone()).collect();
         drop(entries);
+        let deadline = tokio::time::Instant::now() + grace;
         for model in models {
-            // Requests still running hold their own Arc; wait for them to let go.
-            let mut model = model;
-            loop {
-                match Arc::try_unwrap(model) {
-                    Ok(owned) => {
-                        let _ = tokio::task::spawn_blocking(move || owned.drain()).await;
-                        break;
-                    }
-                    Err(shared) => {
-                        model = shared;
-                        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                    }
-                }
+            let weak = Arc::downgrade(&model);
+            drop(model);
+            // In-flight requests hold their own Arc; once they are answered the model's
+            // queue closes and its instance threads exit.
+            while weak.strong_count() > 0 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
     }

@@ -1,0 +1,42 @@
+//! `tensorplug check`: validates a repository the way the server would load it.
+
+use std::path::Path;
+
+use crate::runtime::Runtime;
+use crate::serving::Model;
+
+/// One model folder's verdict.
+pub struct Verdict {
+    pub name: String,
+    /// `Ok(summary)` or `Err(what is wrong)`.
+    pub result: Result<String, String>,
+}
+
+/// Loads every model folder under `repository` (config, compile, init of one instance
+/// per stage) and reports each. Needs a tokio runtime (a model's batcher starts on it).
+pub fn check_repository(repository: &Path, runtime: &Runtime) -> std::io::Result<Vec<Verdict>> {
+    let mut names: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(repository)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    let tokio = tokio::runtime::Handle::current();
+    Ok(names
+        .into_iter()
+        .filter(|name| !name.starts_with('.'))
+        .map(|name| {
+            let dir = repository.join(&name);
+            let result = Model::load_with_instances(runtime, &dir, &tokio, Some(1))
+                .map(|model| {
+                    let c = &model.config;
+                    let stages: Vec<&str> = c.stages.iter().map(|(kind, _)| kind.name()).collect();
+                    format!("version {}: {}", c.version, stages.join(" -> "))
+                })
+                .map_err(|e| e.to_string());
+            Verdict { name, result }
+        })
+        .collect())
+}

@@ -1,0 +1,99 @@
+//! The repository extension (as Triton's): `POST /v2/repository/index`,
+//! `POST /v2/repository/models/{m}/load` and `/unload`.
+//!
+//! These change what the server serves, so they can be switched off
+//! (`--repository-api false`), are refused under `--model-control none`, and demand
+//! `Authorization: Bearer <token>` when an admin token is set.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::AppState;
+use crate::config::ModelControl;
+use crate::error::ServeError;
+
+/// Checks the API is on and the caller holds the token.
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ServeError> {
+    if !state.repository_api {
+        return Err(ServeError::Forbidden(
+            "the repository API is disabled (--repository-api false)".into(),
+        ));
+    }
+    let Some(token) = &state.admin_token else {
+        return Ok(());
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
+        Ok(())
+    } else {
+        Err(ServeError::Unauthorized)
+    }
+}
+
+/// Compares without leaking where the first difference is.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn changes_allowed(state: &AppState) -> Result<(), ServeError> {
+    if state.model_control == ModelControl::None {
+        return Err(ServeError::Forbidden(
+            "models cannot be loaded or unloaded under --model-control none".into(),
+        ));
+    }
+    Ok(())
+}
+
+pub async fn index(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&state, &headers) {
+        return e.into_response();
+    }
+    let mut listed: Vec<serde_json::Value> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, entry) in state.repository.index() {
+        let mut row = serde_json::json!({ "name": name, "state": entry.state });
+        if let Some(model) = &entry.model {
+            row["version"] = model.config.version.clone().into();
+        }
+        if let Some(reason) = &entry.reason {
+            row["reason"] = reason.clone().into();
+        }
+        seen.insert(name);
+        listed.push(row);
+    }
+    // Folders the server has not been asked to load (explicit mode) are listed too.
+    for name in state.repository.model_folders().unwrap_or_default() {
+        if !seen.contains(&name) {
+            listed.push(serde_json::json!({ "name": name, "state": "UNAVAILABLE", "reason": "not loaded" }));
+        }
+    }
+    listed.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    Json(listed).into_response()
+}
+
+pub async fn load(State(state): State<Arc<AppState>>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&state, &headers).and_then(|_| changes_allowed(&state)) {
+        return e.into_response();
+    }
+    match state.repository.load(&name).await {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => ServeError::from(e).into_response(),
+    }
+}
+
+pub async fn unload(State(state): State<Arc<AppState>>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&state, &headers).and_then(|_| changes_allowed(&state)) {
+        return e.into_response();
+    }
+    match state.repository.unload(&name).await {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => ServeError::from(e).into_response(),
+    }
+}

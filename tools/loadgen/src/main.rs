@@ -1,0 +1,248 @@
+//! `tensorplug-loadgen`: a small closed-loop HTTP/1.1 load generator for benchmarking
+//! tensorplug over loopback.
+//!
+//! `--concurrency N` clients each hold one keep-alive connection (TCP_NODELAY) and send
+//! requests back to back: the next leaves as soon as the previous answer has been read in
+//! full. Requests that start during `--warmup` are sent but not counted; then requests
+//! start for `--duration`, and the ones in flight at the end are waited for and counted.
+//!
+//! With `--body-file`, every line of the file (JSONL, e.g. one V2 inference request per
+//! line) is a request body, POSTed in rotation (client `i` starts at line `i`); without it
+//! the requests are GETs. Bodies are read and kept as `Bytes` once, before the run.
+//!
+//! Latency is from just before a request is written to the end of its answer's body, in
+//! microseconds, for every request that got an HTTP answer. A 2xx answer is a success;
+//! any other status, a transport error or a time-out (`--timeout`) is an error, and the
+//! first error's text is reported. Only loopback addresses are accepted as targets.
+//!
+//! Output: one line `concurrency=… requests=… rps=… p50=…us p90=… p99=… p999=… max=…
+//! errors=…`, or with `--json` one JSON object with the same numbers (`p50_us`, …).
+
+mod client;
+mod report;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use bytes::Bytes;
+use clap::Parser;
+use hdrhistogram::Histogram;
+use hyper::header::HeaderValue;
+use hyper::Uri;
+use tokio::time::Instant;
+
+use client::{Schedule, Target};
+use report::{ClientStats, Summary};
+
+/// Latencies are recorded from 1 µs up to this many µs (1 hour) at 3 significant digits.
+const MAX_LATENCY_US: u64 = 3_600_000_000;
+/// The longest warm-up plus duration accepted: load is always bounded in time.
+const MAX_RUN: Duration = Duration::from_secs(3600);
+
+/// Closed-loop HTTP/1.1 load generator (loopback targets only).
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// The URL to load, e.g. http://127.0.0.1:8080/v2/models/digits/infer
+    url: String,
+
+    /// Simulated clients, each with one keep-alive connection.
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    concurrency: u32,
+
+    /// How long to measure (e.g. 10s, 500ms, 1m).
+    #[arg(short, long, default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
+
+    /// How long to send before measuring (not counted).
+    #[arg(short, long, default_value = "2s", value_parser = parse_duration)]
+    warmup: Duration,
+
+    /// JSONL file: one request body per line, sent in rotation (POST). Without it: GET.
+    #[arg(short, long, value_name = "FILE")]
+    body_file: Option<PathBuf>,
+
+    /// Content-Type of the bodies.
+    #[arg(long, default_value = "application/json")]
+    content_type: String,
+
+    /// A request without a complete answer after this long is an error.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    timeout: Duration,
+
+    /// Worker threads of the load generator's runtime (the server needs the other cores).
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    threads: u32,
+
+    /// Print one JSON object instead of the human line.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    ensure!(
+        args.warmup.checked_add(args.duration).is_some_and(|run| run <= MAX_RUN),
+        "--warmup plus --duration must be at most {MAX_RUN:?}"
+    );
+    ensure!(!args.duration.is_zero(), "--duration must be more than zero");
+    ensure!(!args.timeout.is_zero(), "--timeout must be more than zero");
+
+    let (addr, host, path) = resolve(&args.url)?;
+    let bodies = match &args.body_file {
+        Some(file) => read_bodies(file)?,
+        None => Vec::new(),
+    };
+    let content_type =
+        HeaderValue::from_str(&args.content_type).context("--content-type is not a valid header value")?;
+    let target = Arc::new(Target {
+        addr,
+        host,
+        path,
+        content_type,
+        bodies,
+    });
+    let histogram = Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).context("creating the latency histogram")?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads as usize)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let summary = runtime.block_on(run(&args, target, histogram))?;
+
+    if args.json {
+        println!("{}", summary.to_json());
+    } else {
+        println!("{summary}");
+        if let Some(error) = summary.first_error() {
+            println!("first error: {error}");
+        }
+    }
+    Ok(())
+}
+
+/// Starts every client, waits for all of them and merges what they counted.
+async fn run(args: &Args, target: Arc<Target>, histogram: Histogram<u64>) -> Result<Summary> {
+    let start = Instant::now();
+    let schedule = Schedule {
+        measure_from: start + args.warmup,
+        end: start + args.warmup + args.duration,
+        timeout: args.timeout,
+    };
+    let clients: Vec<_> = (0..args.concurrency as usize)
+        .map(|i| tokio::spawn(client::run(i, target.clone(), schedule, histogram.clone())))
+        .collect();
+
+    let mut total = ClientStats::new(histogram);
+    for client in clients {
+        total.merge(client.await.context("a client task failed")?)?;
+    }
+    let elapsed = Instant::now().saturating_duration_since(schedule.measure_from);
+    Ok(Summary {
+        concurrency: args.concurrency,
+        threads: args.threads,
+        elapsed,
+        stats: total,
+    })
+}
+
+/// Splits an `http://host:port/path` URL into a loopback socket address, the `Host`
+/// header and the origin-form request target.
+fn resolve(url: &str) -> Result<(SocketAddr, HeaderValue, Uri)> {
+    let uri: Uri = url.parse().with_context(|| format!("invalid URL '{url}'"))?;
+    ensure!(
+        uri.scheme_str() == Some("http"),
+        "only http:// URLs are supported, not '{url}'"
+    );
+    let authority = uri.authority().with_context(|| format!("URL '{url}' has no host"))?;
+    let port = authority.port_u16().unwrap_or(80);
+    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving '{host}'"))?
+        .collect();
+    // Prefer IPv4: servers here usually listen on 127.0.0.1.
+    let Some(addr) = addrs.iter().find(|a| a.is_ipv4()).or(addrs.first()).copied() else {
+        bail!("'{host}' resolves to no address");
+    };
+    ensure!(
+        addr.ip().is_loopback(),
+        "refusing to send load to {addr}: only loopback targets (127.0.0.0/8, ::1) are allowed"
+    );
+    let host_header =
+        HeaderValue::from_str(authority.as_str()).context("the URL's host is not a valid header value")?;
+    let path = uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .parse()
+        .context("invalid URL path")?;
+    Ok((addr, host_header, path))
+}
+
+/// Reads the JSONL file: every non-blank line is one body.
+fn read_bodies(file: &Path) -> Result<Vec<Bytes>> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let bodies: Vec<Bytes> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| Bytes::copy_from_slice(l.as_bytes()))
+        .collect();
+    ensure!(
+        !bodies.is_empty(),
+        "{} has no request body (no non-blank line)",
+        file.display()
+    );
+    Ok(bodies)
+}
+
+/// `10s`, `1.5s`, `500ms`, `250us`, `2m`; a bare number is seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let invalid = || format!("invalid duration '{text}' (examples: 10s, 500ms, 2m)");
+    let value: f64 = number.parse().map_err(|_| invalid())?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "us" => value / 1e6,
+        "m" | "min" => value * 60.0,
+        _ => return Err(invalid()),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| invalid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn only_loopback_targets() {
+        let (addr, host, path) = resolve("http://127.0.0.1:8080/v2/models/digits/infer").expect("loopback");
+        assert_eq!(addr, "127.0.0.1:8080".parse().expect("addr"));
+        assert_eq!(host, "127.0.0.1:8080");
+        assert_eq!(path, "/v2/models/digits/infer");
+        assert!(resolve("http://[::1]:9000/").is_ok());
+        assert!(resolve("http://10.0.0.1:8080/").is_err());
+        assert!(resolve("https://127.0.0.1/").is_err());
+    }
+}
