@@ -3,6 +3,7 @@
 # their model folders:
 #   examples/digits/{preprocess,predict,postprocess} -> examples/models/digits/*.wasm
 #   examples/faulty                                  -> tests/models/faulty/predict.wasm
+#   examples/faulty, as a wasm32-wasip1 core module  -> tests/models/faulty-p1/predict.wasm
 # Works from any directory. Extra arguments go to `cargo build` (e.g. --locked).
 set -euo pipefail
 
@@ -24,6 +25,10 @@ export CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="${CARGO_TARGET_WASM32_WASIP1_RUSTFL
 cargo build --profile plugin --target wasm32-wasip2 \
     -p digits-preprocess -p digits-predict -p digits-postprocess -p faulty "$@"
 
+# One plugin as a wasm32-wasip1 core module, which the host turns into a component at
+# load time (tests/models/faulty-p1).
+cargo build --profile plugin --target wasm32-wasip1 -p faulty "$@"
+
 out="target/wasm32-wasip2/plugin"
 copy() {
     local artifact="$out/$1" dest="$2"
@@ -35,3 +40,5 @@ copy digits_preprocess.wasm examples/models/digits/preprocess.wasm
 copy digits_predict.wasm examples/models/digits/predict.wasm
 copy digits_postprocess.wasm examples/models/digits/postprocess.wasm
 copy faulty.wasm tests/models/faulty/predict.wasm
+out="target/wasm32-wasip1/plugin"
+copy faulty.wasm tests/models/faulty-p1/predict.wasm

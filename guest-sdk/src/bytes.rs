@@ -120,8 +120,6 @@ mod tests {
             not_utf8.to_strings().unwrap_err().message,
             "s: BYTES element 0 is not UTF-8"
         );
-        assert!(Tensor::from_f32("f", &[1], &[1.0])
-            .bytes_elements()
-            .is_err());
+        assert!(Tensor::from_f32("f", &[1], &[1.0]).bytes_elements().is_err());
     }
 }

@@ -82,8 +82,7 @@ pub(crate) fn encode<T: Element>(values: &[T]) -> Vec<u8> {
     // SAFETY: `Element` is sealed to primitive types without padding whose memory form
     // on a little-endian target (the crate refuses others) is their little-endian
     // encoding; bool is one byte, 0 or 1.
-    let bytes =
-        unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), size_of_val(values)) };
+    let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), size_of_val(values)) };
     bytes.to_vec()
 }
 
@@ -115,10 +114,7 @@ mod tests {
         assert_eq!(encode(&[1.0f32]), 1.0f32.to_le_bytes());
         assert_eq!(encode(&[-2i64, 3]).len(), 16);
         assert_eq!(encode(&[true, false]), [1, 0]);
-        assert_eq!(
-            encode(&[f16::from_f32(1.5)]),
-            f16::from_f32(1.5).to_le_bytes()
-        );
+        assert_eq!(encode(&[f16::from_f32(1.5)]), f16::from_f32(1.5).to_le_bytes());
     }
 
     #[test]

@@ -38,10 +38,7 @@ impl TensorsExt for Vec<Tensor> {
     }
 
     fn take_input(&mut self, name: &str) -> Result<Tensor, ItemError> {
-        let index = self
-            .iter()
-            .position(|t| t.name == name)
-            .ok_or_else(|| missing(name))?;
+        let index = self.iter().position(|t| t.name == name).ok_or_else(|| missing(name))?;
         Ok(self.swap_remove(index))
     }
 }
@@ -56,10 +53,7 @@ mod tests {
 
     #[test]
     fn take_removes() {
-        let mut item = vec![
-            Tensor::from_u8("a", &[], &[1]),
-            Tensor::from_u8("b", &[], &[2]),
-        ];
+        let mut item = vec![Tensor::from_u8("a", &[], &[1]), Tensor::from_u8("b", &[], &[2])];
         assert_eq!(item.take_input("a").unwrap().data, [1]);
         assert_eq!(item.len(), 1);
         assert!(item.find("a").is_none());

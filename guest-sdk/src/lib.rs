@@ -137,8 +137,8 @@ pub use tensor::format_shape;
 pub mod prelude {
     pub use crate::log;
     pub use crate::{
-        export_postprocessor, export_predictor, export_preprocessor, read_model_file, Datatype,
-        Element, Item, ItemError, ItemFailure, Parameter, Parameters, Postprocessor, Prediction,
-        Predictor, Preprocessor, Tensor, TensorsExt,
+        export_postprocessor, export_predictor, export_preprocessor, read_model_file, Datatype, Element, Item,
+        ItemError, ItemFailure, Parameter, Parameters, Postprocessor, Prediction, Predictor, Preprocessor, Tensor,
+        TensorsExt,
     };
 }

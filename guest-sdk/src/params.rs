@@ -30,11 +30,7 @@ impl Parameters {
 
     /// The raw text of the parameter `name`, if present (the last one wins if repeated).
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .rev()
-            .find(|p| p.name == name)
-            .map(|p| p.value.as_str())
+        self.0.iter().rev().find(|p| p.name == name).map(|p| p.value.as_str())
     }
 
     /// The parameter `name` parsed as `T`, `Ok(None)` if absent.
@@ -79,8 +75,7 @@ impl Parameters {
         T: FromStr,
         T::Err: Display,
     {
-        self.parse(name)?
-            .ok_or_else(|| format!("missing parameter '{name}'"))
+        self.parse(name)?.ok_or_else(|| format!("missing parameter '{name}'"))
     }
 
     /// All parameters, in the order received.
@@ -123,14 +118,8 @@ mod tests {
         assert_eq!(p.parse::<f32>("scale"), Ok(Some(2.5)));
         assert_eq!(p.parse_or("fail_init", false), Ok(true));
         assert_eq!(p.parse_or("absent", 7u32), Ok(7));
-        assert_eq!(
-            p.require::<u32>("absent"),
-            Err("missing parameter 'absent'".into())
-        );
+        assert_eq!(p.require::<u32>("absent"), Err("missing parameter 'absent'".into()));
         let err = p.parse::<u32>("n").unwrap_err();
-        assert!(
-            err.starts_with("parameter 'n': cannot parse \"x\" as u32"),
-            "{err}"
-        );
+        assert!(err.starts_with("parameter 'n': cannot parse \"x\" as u32"), "{err}");
     }
 }

@@ -103,10 +103,7 @@ impl Tensor {
         if self.datatype == datatype {
             Ok(())
         } else {
-            Err(self.error(format!(
-                "expected datatype {datatype}, got {}",
-                self.datatype
-            )))
+            Err(self.error(format!("expected datatype {datatype}, got {}", self.datatype)))
         }
     }
 
@@ -124,10 +121,7 @@ impl Tensor {
     /// # Errors
     /// 400 `"x: expected shape [64] or [8, 8], got [8, 7]"`.
     pub fn expect_any_shape(&self, alternatives: &[&[i64]]) -> Result<usize, ItemError> {
-        if let Some(i) = alternatives
-            .iter()
-            .position(|a| shape_matches(&self.shape, a))
-        {
+        if let Some(i) = alternatives.iter().position(|a| shape_matches(&self.shape, a)) {
             return Ok(i);
         }
         let expected: Vec<String> = alternatives.iter().map(|a| format_shape(a)).collect();
@@ -265,15 +259,10 @@ mod tests {
         let t = Tensor::from_f32("x", &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
         assert_eq!((t.datatype, t.data.len()), (Datatype::Fp32, 16));
         assert_eq!(t.to_f32().unwrap(), [1.0, 2.0, 3.0, 4.0]);
-        assert_eq!(
-            Tensor::from_i64("l", &[2], &[-1, 9]).to_i64().unwrap(),
-            [-1, 9]
-        );
+        assert_eq!(Tensor::from_i64("l", &[2], &[-1, 9]).to_i64().unwrap(), [-1, 9]);
         assert_eq!(Tensor::from_u8("b", &[3], &[0, 7, 255]).data, [0, 7, 255]);
         assert_eq!(
-            Tensor::from_bool("m", &[2], &[true, false])
-                .to_bool()
-                .unwrap(),
+            Tensor::from_bool("m", &[2], &[true, false]).to_bool().unwrap(),
             [true, false]
         );
         assert_eq!(Tensor::from_u16("u", &[], &[513]).data, [1, 2]);
@@ -281,14 +270,8 @@ mod tests {
         assert_eq!(Tensor::from_i16("i", &[1], &[-2]).to_i16().unwrap(), [-2]);
         assert_eq!(Tensor::from_i32("i", &[1], &[-3]).to_i32().unwrap(), [-3]);
         assert_eq!(Tensor::from_u32("u", &[1], &[3]).to_u32().unwrap(), [3]);
-        assert_eq!(
-            Tensor::from_u64("u", &[1], &[u64::MAX]).to_u64().unwrap(),
-            [u64::MAX]
-        );
-        assert_eq!(
-            Tensor::from_f64("d", &[1], &[0.25]).to_f64().unwrap(),
-            [0.25]
-        );
+        assert_eq!(Tensor::from_u64("u", &[1], &[u64::MAX]).to_u64().unwrap(), [u64::MAX]);
+        assert_eq!(Tensor::from_f64("d", &[1], &[0.25]).to_f64().unwrap(), [0.25]);
         let h = [f16::from_f32(0.5), f16::from_f32(-3.0)];
         assert_eq!(Tensor::from_f16("h", &[2], &h).to_f16().unwrap(), h);
     }

@@ -13,8 +13,21 @@ pub struct Verdict {
 }
 
 /// Loads every model folder under `repository` (config, compile, init of one instance
-/// per stage) and reports each. Needs a tokio runtime (a model's batcher starts on it).
-pub fn check_repository(repository: &Path, runtime: &Runtime) -> std::io::Result<Vec<Verdict>> {
+/// per stage) and reports each.
+pub async fn check_repository(repository: &Path, runtime: &Runtime) -> std::io::Result<Vec<Verdict>> {
+    let (repository, runtime) = (repository.to_path_buf(), runtime.clone());
+    let tokio = tokio::runtime::Handle::current();
+    // Plugins' WASI calls block: they must not run on an async worker thread.
+    tokio::task::spawn_blocking(move || check_blocking(&repository, &runtime, &tokio))
+        .await
+        .map_err(std::io::Error::other)?
+}
+
+fn check_blocking(
+    repository: &Path,
+    runtime: &Runtime,
+    tokio: &tokio::runtime::Handle,
+) -> std::io::Result<Vec<Verdict>> {
     let mut names: Vec<String> = Vec::new();
     for entry in std::fs::read_dir(repository)? {
         let entry = entry?;
@@ -23,13 +36,12 @@ pub fn check_repository(repository: &Path, runtime: &Runtime) -> std::io::Result
         }
     }
     names.sort();
-    let tokio = tokio::runtime::Handle::current();
     Ok(names
         .into_iter()
         .filter(|name| !name.starts_with('.'))
         .map(|name| {
             let dir = repository.join(&name);
-            let result = Model::load_with_instances(runtime, &dir, &tokio, Some(1))
+            let result = Model::load_with_instances(runtime, &dir, tokio, Some(1))
                 .map(|model| {
                     let c = &model.config;
                     let stages: Vec<&str> = c.stages.iter().map(|(kind, _)| kind.name()).collect();

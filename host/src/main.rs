@@ -17,7 +17,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Check(config) => {
             tensorplug::telemetry::init("error");
             let runtime = tensorplug::runtime::Runtime::new(config.cache.resolved_dir().as_deref())?;
-            let verdicts = tensorplug::check::check_repository(&config.repository, &runtime)?;
+            let verdicts = tensorplug::check::check_repository(&config.repository, &runtime).await?;
             let mut broken = 0;
             for verdict in &verdicts {
                 match &verdict.result {

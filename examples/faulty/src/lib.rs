@@ -33,9 +33,7 @@ impl Predictor for Faulty {
             return Err("faulty: init failed as configured".into());
         }
         let scale = parameters.parse_or("scale", 2.0)?;
-        SCALE
-            .set(scale)
-            .map_err(|_| "faulty: init called twice".to_string())
+        SCALE.set(scale).map_err(|_| "faulty: init called twice".to_string())
     }
 
     fn predict(batch: Vec<Tensor>) -> Result<Prediction, ItemError> {

@@ -34,6 +34,26 @@ pub struct Entry {
     pub model: Option<Arc<Model>>,
     /// Why the last load failed, or why the model is unavailable.
     pub reason: Option<String>,
+    /// The folder's contents at the last load attempt, to skip reloads that would load
+    /// the same files again (a file system reports one change as several events).
+    attempted: Option<Fingerprint>,
+}
+
+/// Names, sizes and modification times of a model folder's files.
+type Fingerprint = Vec<(std::ffi::OsString, u64, Option<std::time::SystemTime>)>;
+
+fn fingerprint(dir: &Path) -> Option<Fingerprint> {
+    let mut files: Fingerprint = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let meta = entry.metadata().ok()?;
+            meta.is_file()
+                .then(|| (entry.file_name(), meta.len(), meta.modified().ok()))
+        })
+        .collect();
+    files.sort();
+    Some(files)
 }
 
 /// Why a repository operation was refused.
@@ -108,14 +128,16 @@ impl Repository {
     pub async fn load(&self, name: &str) -> Result<(), RepositoryError> {
         let dir = self.folder_of(name)?;
         let _one_at_a_time = self.loading.lock().await;
-        self.update(name, |entry| Entry {
-            state: if entry.and_then(|e| e.model.as_ref()).is_some() {
-                ModelState::Ready
-            } else {
-                ModelState::Loading
+        let attempted = fingerprint(&dir);
+        self.update(name, |entry| match entry {
+            // A live version keeps serving, and keeps its state, while the next one loads.
+            Some(entry) if entry.model.is_some() => entry.clone(),
+            _ => Entry {
+                state: ModelState::Loading,
+                model: None,
+                reason: None,
+                attempted: None,
             },
-            model: entry.and_then(|e| e.model.clone()),
-            reason: Some("loading".into()),
         });
         let runtime = self.runtime.clone();
         let tokio = tokio::runtime::Handle::current();
@@ -137,6 +159,7 @@ impl Repository {
                     state: ModelState::Ready,
                     model: Some(model.clone()),
                     reason: None,
+                    attempted: attempted.clone(),
                 });
                 Ok(())
             }
@@ -153,6 +176,7 @@ impl Repository {
                         },
                         model: previous,
                         reason: Some(error.to_string()),
+                        attempted: attempted.clone(),
                     }
                 });
                 Err(RepositoryError::Load {
@@ -177,6 +201,7 @@ impl Repository {
             state: ModelState::Unavailable,
             model: None,
             reason: Some("unloaded".into()),
+            attempted: None,
         });
         tracing::info!(model = name, "model unloaded");
         Ok(())
@@ -185,7 +210,14 @@ impl Repository {
     /// Brings one name in line with the folder: loads (or reloads) it when its folder
     /// holds a model.toml, forgets it when the folder is gone.
     pub async fn reconcile(&self, name: &str) {
-        if self.root.join(name).join(MODEL_FILE).is_file() {
+        let dir = self.root.join(name);
+        if dir.join(MODEL_FILE).is_file() {
+            let unchanged = self.entries.load().get(name).is_some_and(|e| {
+                e.attempted.is_some() && e.attempted == fingerprint(&dir) && e.reason.as_deref() != Some("unloaded")
+            });
+            if unchanged {
+                return;
+            }
             // A failure is logged and shown in the index; the previous version serves on.
             let _ = self.load(name).await;
         } else if self.entries.load().contains_key(name) {

@@ -74,8 +74,7 @@ impl Weights {
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self, WeightsError> {
         let read = |name: &str| {
             let path = dir.as_ref().join(name);
-            std::fs::read(&path)
-                .map_err(|e| WeightsError(format!("cannot read {}: {e}", path.display())))
+            std::fs::read(&path).map_err(|e| WeightsError(format!("cannot read {}: {e}", path.display())))
         };
         let [w0, b0, w1, b1] = WEIGHT_FILES;
         Self::from_bytes(&read(w0)?, &read(b0)?, &read(w1)?, &read(b1)?)

@@ -3,9 +3,7 @@
 use super::*;
 
 fn repo_path(relative: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../..")
-        .join(relative)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..").join(relative)
 }
 
 fn weights() -> Weights {
@@ -25,19 +23,15 @@ fn numbers_after(line: &str, key: &str) -> Vec<f64> {
 
 fn integer_after(line: &str, key: &str) -> i64 {
     let start = line.find(&format!("\"{key}\":")).expect(key) + key.len() + 3;
-    let digits: String = line[start..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
+    let digits: String = line[start..].chars().take_while(char::is_ascii_digit).collect();
     digits.parse().expect("integer")
 }
 
 #[test]
 fn matches_scikit_learn_on_the_test_set() {
-    let requests = std::fs::read_to_string(repo_path("tests/data/digits/test_requests.jsonl"))
-        .expect("test_requests.jsonl");
-    let oracle = std::fs::read_to_string(repo_path("tests/data/digits/test_oracle.jsonl"))
-        .expect("test_oracle.jsonl");
+    let requests =
+        std::fs::read_to_string(repo_path("tests/data/digits/test_requests.jsonl")).expect("test_requests.jsonl");
+    let oracle = std::fs::read_to_string(repo_path("tests/data/digits/test_oracle.jsonl")).expect("test_oracle.jsonl");
     let x: Vec<f32> = requests
         .lines()
         .flat_map(|l| numbers_after(l, "data"))

@@ -34,9 +34,7 @@ fn finish(mut item: Item) -> Result<Item, ItemError> {
     label.expect_any_shape(&[&[], &[1]])?;
     let class = label.to_i64()?[0];
     if !(0..10).contains(&class) {
-        return Err(ItemError::internal(format!(
-            "digits: label {class} is not a digit"
-        )));
+        return Err(ItemError::internal(format!("digits: label {class} is not a digit")));
     }
     Ok(vec![
         probabilities,

@@ -18,13 +18,9 @@ impl Preprocessor for Digits {
     fn init(parameters: Vec<Parameter>) -> Result<(), String> {
         let max: f32 = Parameters::new(parameters).parse_or("pixel_max", 16.0)?;
         if !(max.is_finite() && max > 0.0) {
-            return Err(format!(
-                "parameter 'pixel_max': {max} is not a positive number"
-            ));
+            return Err(format!("parameter 'pixel_max': {max} is not a positive number"));
         }
-        PIXEL_MAX
-            .set(max)
-            .map_err(|_| "digits: init called twice".to_string())
+        PIXEL_MAX.set(max).map_err(|_| "digits: init called twice".to_string())
     }
 
     fn preprocess(items: Vec<Item>) -> Vec<Result<Item, ItemError>> {
@@ -52,9 +48,7 @@ fn flatten(mut item: Item, max: f32) -> Result<Item, ItemError> {
         } else {
             "is not finite".to_string()
         };
-        return Err(ItemError::bad_request(format!(
-            "{at}: pixel value {v} {why}"
-        )));
+        return Err(ItemError::bad_request(format!("{at}: pixel value {v} {why}")));
     }
     // The data is already row-major, so flattening is only a new shape.
     Ok(vec![Tensor {

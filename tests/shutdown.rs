@@ -1,0 +1,88 @@
+//! End to end, with the real binary: SIGTERM while requests are in flight lets every one
+//! of them finish, then the process exits 0.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{output_f32, request};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_in_flight_requests_and_exits_zero() {
+    // Items wait up to 1.5 s in the queue for company: they are in flight when the
+    // signal arrives.
+    let repository = common::faulty_repository(&common::faulty_config(
+        "max_batch_size = 64\nmax_queue_delay_us = 1500000",
+        "instances = 1",
+    ));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tensorplug"))
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            "--log",
+            "info",
+            "--no-cache",
+        ])
+        .arg(repository.path())
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start tensorplug");
+    let stdout = child.stdout.take().expect("stdout");
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let address = loop {
+        let line = lines_rx.recv_timeout(Duration::from_secs(60)).expect("server log line");
+        if let Some(rest) = line.split("address=").nth(1) {
+            break rest.split_whitespace().next().expect("address").to_string();
+        }
+    };
+
+    let client = reqwest::Client::new();
+    let url = format!("http://{address}/v2/models/faulty/infer");
+    let requests: Vec<_> = (0..8)
+        .map(|i| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move {
+                let r = client
+                    .post(url)
+                    .json(&request("x", "FP32", &[1, 1], json!([i as f32])))
+                    .send()
+                    .await?;
+                let status = r.status().as_u16();
+                let body: serde_json::Value = r.json().await?;
+                Ok::<_, reqwest::Error>((status, body))
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+
+    for (i, task) in requests.into_iter().enumerate() {
+        let (status, body) = task.await.unwrap().expect("request completed");
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(output_f32(&body, "y"), vec![2.0 * i as f32]);
+    }
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .expect("wait");
+    assert_eq!(exit.code(), Some(0));
+    let log: Vec<String> = lines_rx.try_iter().collect();
+    assert!(log.iter().any(|l| l.contains("shutting down")), "{log:?}");
+}
