@@ -129,20 +129,20 @@ impl PipelineInstance {
     /// Runs `items` through every stage; one outcome per item, in order.
     pub fn run(&mut self, items: Vec<Item>) -> Vec<ItemOutcome> {
         let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; items.len()];
-        let mut alive: Vec<(usize, Item)> = items.into_iter().enumerate().collect();
+        let mut alive: Vec<Indexed> = items.into_iter().enumerate().collect();
 
         // The last stage's answers are checked against the declared outputs inside its
         // call, so that a violation is bisected down to the items that cause it.
         let declared = self.template.outputs.as_slice();
         let last_is_predict = self.postprocess.is_none();
         if let Some(slot) = self.preprocess.as_mut() {
-            let call = |instance: &mut StageInstance, items: &[(usize, Item)]| map_items(instance, items, &[]);
+            let call = |instance: &mut StageInstance, items: &[Indexed]| map_items(instance, items, &[]);
             alive = settle(&mut outcomes, run_bisected(slot, alive, &call));
         }
         let predict_declared = if last_is_predict { declared } else { &[] };
         alive = settle(&mut outcomes, run_predict(&mut self.predict, alive, predict_declared));
         if let Some(slot) = self.postprocess.as_mut() {
-            let call = |instance: &mut StageInstance, items: &[(usize, Item)]| map_items(instance, items, declared);
+            let call = |instance: &mut StageInstance, items: &[Indexed]| map_items(instance, items, declared);
             alive = settle(&mut outcomes, run_bisected(slot, alive, &call));
         }
         for (index, item) in alive {
@@ -156,7 +156,7 @@ impl PipelineInstance {
 }
 
 /// Records failed items' outcomes and returns the survivors for the next stage.
-fn settle(outcomes: &mut [Option<ItemOutcome>], results: Vec<(usize, ItemOutcome)>) -> Vec<(usize, Item)> {
+fn settle(outcomes: &mut [Option<ItemOutcome>], results: Vec<(usize, ItemOutcome)>) -> Vec<Indexed> {
     let mut alive = Vec::with_capacity(results.len());
     for (index, result) in results {
         match result {
@@ -167,12 +167,15 @@ fn settle(outcomes: &mut [Option<ItemOutcome>], results: Vec<(usize, ItemOutcome
     alive
 }
 
+/// An item with its position in the batch the pipeline was given.
+type Indexed = (usize, Item);
+
 /// One call of a stage on some items, checked against the plugin contract.
-type StageCall<'a> = dyn Fn(&mut StageInstance, &[(usize, Item)]) -> Result<Vec<ItemOutcome>, CallFailure> + 'a;
+type StageCall<'a> = dyn Fn(&mut StageInstance, &[Indexed]) -> Result<Vec<ItemOutcome>, CallFailure> + 'a;
 
 /// Calls a stage on `items`; on a trap or contract violation, replaces the instance if
 /// needed and re-runs each half, until the failing items are isolated.
-fn run_bisected(slot: &mut Slot, items: Vec<(usize, Item)>, call: &StageCall<'_>) -> Vec<(usize, ItemOutcome)> {
+fn run_bisected(slot: &mut Slot, items: Vec<Indexed>, call: &StageCall<'_>) -> Vec<(usize, ItemOutcome)> {
     if items.is_empty() {
         return Vec::new();
     }
@@ -199,7 +202,7 @@ fn run_bisected(slot: &mut Slot, items: Vec<(usize, Item)>, call: &StageCall<'_>
     }
     // A time limit costs a full deadline per failed call, so halving would cost one per
     // level; running each item alone costs only one more (per slow item).
-    let parts: Vec<Vec<(usize, Item)>> = if deadline {
+    let parts: Vec<Vec<Indexed>> = if deadline {
         items.into_iter().map(|item| vec![item]).collect()
     } else {
         let mut first = items;
@@ -215,7 +218,7 @@ fn run_bisected(slot: &mut Slot, items: Vec<(usize, Item)>, call: &StageCall<'_>
 /// preprocess/postprocess: one result per item.
 fn map_items(
     instance: &mut StageInstance,
-    items: &[(usize, Item)],
+    items: &[Indexed],
     declared: &[TensorSpec],
 ) -> Result<Vec<ItemOutcome>, CallFailure> {
     let kind = instance.template().kind();
@@ -234,8 +237,8 @@ fn map_items(
 }
 
 /// Groups items by their per-item shapes and runs each group through predict.
-fn run_predict(slot: &mut Slot, items: Vec<(usize, Item)>, declared: &[TensorSpec]) -> Vec<(usize, ItemOutcome)> {
-    let mut groups: Vec<(Vec<Signature>, Vec<(usize, Item)>)> = Vec::new();
+fn run_predict(slot: &mut Slot, items: Vec<Indexed>, declared: &[TensorSpec]) -> Vec<(usize, ItemOutcome)> {
+    let mut groups: Vec<(Vec<Signature>, Vec<Indexed>)> = Vec::new();
     for (index, item) in items {
         let signature = signature(&item);
         match groups.iter_mut().find(|(s, _)| *s == signature) {
@@ -245,7 +248,7 @@ fn run_predict(slot: &mut Slot, items: Vec<(usize, Item)>, declared: &[TensorSpe
     }
     let mut results = Vec::new();
     for (_, members) in groups {
-        let call = |instance: &mut StageInstance, items: &[(usize, Item)]| predict_batch(instance, items, declared);
+        let call = |instance: &mut StageInstance, items: &[Indexed]| predict_batch(instance, items, declared);
         results.extend(run_bisected(slot, members, &call));
     }
     results
@@ -262,7 +265,7 @@ fn signature(item: &Item) -> Vec<Signature> {
 /// Stacks a group into a batch, calls predict, checks the answer and splits it per item.
 fn predict_batch(
     instance: &mut StageInstance,
-    items: &[(usize, Item)],
+    items: &[Indexed],
     declared: &[TensorSpec],
 ) -> Result<Vec<ItemOutcome>, CallFailure> {
     let n = items.len();

@@ -27,18 +27,14 @@ pub fn spawn_workers(
     jobs: crossbeam_channel::Receiver<Job>,
     stats: Arc<ModelStats>,
 ) -> std::io::Result<()> {
-    instances
-        .into_iter()
-        .enumerate()
-        .map(|(n, instance)| {
-            let jobs = jobs.clone();
-            let stats = stats.clone();
-            std::thread::Builder::new()
-                .name(format!("{model}#{n}"))
-                .spawn(move || work(instance, jobs, stats))
-                .map(drop)
-        })
-        .collect()
+    instances.into_iter().enumerate().try_for_each(|(n, instance)| {
+        let jobs = jobs.clone();
+        let stats = stats.clone();
+        std::thread::Builder::new()
+            .name(format!("{model}#{n}"))
+            .spawn(move || work(instance, jobs, stats))
+            .map(drop)
+    })
 }
 
 fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, stats: Arc<ModelStats>) {
