@@ -23,6 +23,7 @@ mod report;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,8 +83,19 @@ struct Args {
     json: bool,
 }
 
-fn main() -> Result<()> {
-    let args = Args::parse();
+fn main() -> ExitCode {
+    match try_main(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tensorplug-loadgen: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Everything but the exit code: a run that completes prints its report and succeeds,
+/// whatever errors it counted; only bad arguments or set-up failures are errors here.
+fn try_main(args: Args) -> Result<()> {
     ensure!(
         args.warmup.checked_add(args.duration).is_some_and(|run| run <= MAX_RUN),
         "--warmup plus --duration must be at most {MAX_RUN:?}"
@@ -118,7 +130,9 @@ fn main() -> Result<()> {
         println!("{}", summary.to_json());
     } else {
         println!("{summary}");
-        if let Some(error) = summary.first_error() {
+        // A warm-up error alone is worth showing only when nothing succeeded.
+        let worth_showing = summary.stats_errors() > 0 || summary.requests() == 0;
+        if let Some(error) = summary.first_error().filter(|_| worth_showing) {
             println!("first error: {error}");
         }
     }

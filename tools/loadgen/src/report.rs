@@ -84,6 +84,10 @@ impl Summary {
         self.stats.ok + self.stats.errors
     }
 
+    pub fn stats_errors(&self) -> u64 {
+        self.stats.errors
+    }
+
     /// Requests (successful or not) per second of the measured window.
     pub fn rps(&self) -> f64 {
         let secs = self.elapsed.as_secs_f64();
