@@ -238,6 +238,16 @@ fn map_items(
 
 /// Groups items by their per-item shapes and runs each group through predict.
 fn run_predict(slot: &mut Slot, items: Vec<Indexed>, declared: &[TensorSpec]) -> Vec<(usize, ItemOutcome)> {
+    let call = |instance: &mut StageInstance, items: &[Indexed]| predict_batch(instance, items, declared);
+    group_by_shape(items)
+        .into_iter()
+        .flat_map(|group| run_bisected(slot, group, &call))
+        .collect()
+}
+
+/// Splits items into groups whose tensors agree in names, datatypes and shapes (the
+/// sub-batches predict can take), keeping first-seen order.
+fn group_by_shape(items: Vec<Indexed>) -> Vec<Vec<Indexed>> {
     let mut groups: Vec<(Vec<Signature>, Vec<Indexed>)> = Vec::new();
     for (index, item) in items {
         let signature = signature(&item);
@@ -246,12 +256,7 @@ fn run_predict(slot: &mut Slot, items: Vec<Indexed>, declared: &[TensorSpec]) ->
             None => groups.push((signature, vec![(index, item)])),
         }
     }
-    let mut results = Vec::new();
-    for (_, members) in groups {
-        let call = |instance: &mut StageInstance, items: &[Indexed]| predict_batch(instance, items, declared);
-        results.extend(run_bisected(slot, members, &call));
-    }
-    results
+    groups.into_iter().map(|(_, members)| members).collect()
 }
 
 type Signature = (String, crate::tensor::DataType, Vec<u64>);
@@ -355,4 +360,72 @@ fn check_outputs(declared: &[TensorSpec], item: &Item) -> Result<(), String> {
         return Err(format!("output '{}' is not declared", extra.name));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::DataType;
+
+    fn item(shape: &[u64]) -> Item {
+        let count = shape.iter().product::<u64>() as usize;
+        vec![Tensor {
+            name: "x".into(),
+            datatype: DataType::Fp32,
+            shape: shape.to_vec(),
+            data: vec![0; count * 4],
+        }]
+    }
+
+    #[test]
+    fn items_of_different_shapes_form_separate_sub_batches() {
+        let items = vec![
+            (0, item(&[4])),
+            (1, item(&[2, 2])),
+            (2, item(&[4])),
+            (3, item(&[3])),
+            (4, item(&[2, 2])),
+        ];
+        let groups = group_by_shape(items);
+        let indices: Vec<Vec<usize>> = groups.iter().map(|g| g.iter().map(|(i, _)| *i).collect()).collect();
+        assert_eq!(indices, vec![vec![0, 2], vec![1, 4], vec![3]]);
+    }
+
+    #[test]
+    fn predictions_are_split_per_item_and_checked() {
+        let output = |rows: u64| Tensor {
+            name: "y".into(),
+            datatype: DataType::Fp32,
+            shape: vec![rows, 1],
+            data: (0..rows).flat_map(|r| (r as f32).to_le_bytes()).collect(),
+        };
+        let split = split_prediction(
+            Prediction {
+                outputs: vec![output(3)],
+                failures: vec![(1, ItemError::new(422, "no"))],
+            },
+            3,
+        )
+        .unwrap();
+        assert_eq!(split[0].as_ref().unwrap()[0].data, 0f32.to_le_bytes());
+        assert_eq!(split[1].as_ref().unwrap_err().status, 422);
+        assert_eq!(split[2].as_ref().unwrap()[0].shape, vec![1]);
+
+        let wrong_rows = split_prediction(
+            Prediction {
+                outputs: vec![output(4)],
+                failures: vec![],
+            },
+            3,
+        );
+        assert!(wrong_rows.unwrap_err().contains("expected leading dimension 3"));
+        let bad_index = split_prediction(
+            Prediction {
+                outputs: vec![output(3)],
+                failures: vec![(3, ItemError::new(400, "x"))],
+            },
+            3,
+        );
+        assert!(bad_index.unwrap_err().contains("index 3 is out of range"));
+    }
 }
