@@ -73,11 +73,7 @@ async fn concurrent_with_one_fault(server: &TestServer, fault: f32) -> Vec<(u16,
             (status, r.json::<serde_json::Value>().await.unwrap())
         }));
     }
-    let mut answers = Vec::new();
-    for task in tasks {
-        answers.push(task.await.unwrap());
-    }
-    answers
+    common::join_all(tasks).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,17 +189,9 @@ async fn a_full_queue_answers_503_with_retry_after() {
     assert_eq!(r.headers()["retry-after"], "1");
     let body: serde_json::Value = r.json().await.unwrap();
     assert!(body["error"].as_str().unwrap().contains("queue"), "{body}");
-    let statuses: Vec<u16> = futures_statuses(busy).await;
+    let statuses: Vec<u16> = common::join_all(busy).await;
     assert_eq!(statuses, vec![504, 200, 200]);
     server.stop().await;
-}
-
-async fn futures_statuses(tasks: Vec<tokio::task::JoinHandle<u16>>) -> Vec<u16> {
-    let mut statuses = Vec::new();
-    for task in tasks {
-        statuses.push(task.await.unwrap());
-    }
-    statuses
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -196,3 +196,12 @@ pub fn resident_bytes() -> u64 {
         .expect("VmRSS");
     kib * 1024
 }
+
+/// Waits for every task, in order, and returns their results.
+pub async fn join_all<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut results = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        results.push(task.await.expect("task"));
+    }
+    results
+}

@@ -78,21 +78,33 @@ pub async fn index(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Re
     Json(listed).into_response()
 }
 
-pub async fn load(State(state): State<Arc<AppState>>, Path(name): Path<String>, headers: HeaderMap) -> Response {
-    if let Err(e) = authorize(&state, &headers).and_then(|_| changes_allowed(&state)) {
-        return e.into_response();
-    }
-    match state.repository.load(&name).await {
-        Ok(()) => StatusCode::OK.into_response(),
-        Err(e) => ServeError::from(e).into_response(),
-    }
+pub async fn load(state: State<Arc<AppState>>, name: Path<String>, headers: HeaderMap) -> Response {
+    change(state, name, headers, Change::Load).await
 }
 
-pub async fn unload(State(state): State<Arc<AppState>>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+pub async fn unload(state: State<Arc<AppState>>, name: Path<String>, headers: HeaderMap) -> Response {
+    change(state, name, headers, Change::Unload).await
+}
+
+enum Change {
+    Load,
+    Unload,
+}
+
+async fn change(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    change: Change,
+) -> Response {
     if let Err(e) = authorize(&state, &headers).and_then(|_| changes_allowed(&state)) {
         return e.into_response();
     }
-    match state.repository.unload(&name).await {
+    let done = match change {
+        Change::Load => state.repository.load(&name).await,
+        Change::Unload => state.repository.unload(&name).await,
+    };
+    match done {
         Ok(()) => StatusCode::OK.into_response(),
         Err(e) => ServeError::from(e).into_response(),
     }
