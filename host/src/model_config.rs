@@ -55,7 +55,8 @@ impl TensorSpec {
 pub struct Batching {
     /// Most items in one call to predict; 1 when the model does not batch.
     pub max_batch_size: usize,
-    /// How long the first item of a batch waits for company.
+    /// How long the first item of a batch waits for company once an instance is free
+    /// (zero: not at all).
     pub max_queue_delay: Duration,
     /// Most items waiting for an instance; beyond it requests get 503.
     pub max_queue_size: usize,
@@ -158,8 +159,10 @@ struct RawLimits {
     instances: Option<usize>,
 }
 
+/// No waiting by default: an idle instance takes whatever is queued, and under load the
+/// queue fills while instances are busy, so batches grow by themselves.
 fn default_queue_delay_us() -> u64 {
-    500
+    0
 }
 
 fn default_queue_size() -> usize {
