@@ -85,6 +85,14 @@ pub fn split_request(config: &ModelConfig, mut inputs: Vec<Tensor>) -> Result<Ve
             "the batch dimension is 0: a request needs at least one item".into(),
         ));
     }
+    // Checked before splitting: empty per-item tensors make huge batch dimensions cheap
+    // to send, and such a request could never be queued anyway.
+    if n > config.batching.max_queue_size as u64 {
+        return Err(invalid(format!(
+            "the request has {n} items; model '{}' queues at most {} (batching.max_queue_size)",
+            config.name, config.batching.max_queue_size
+        )));
+    }
 
     let mut items: Vec<Item> = (0..n).map(|_| Vec::with_capacity(inputs.len())).collect();
     for tensor in &inputs {
@@ -146,4 +154,77 @@ pub fn assemble(config: &ModelConfig, mut outcomes: Vec<ItemOutcome>) -> Answer 
         }
     }
     Answer::Success(stacked)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::tensor::DataType;
+
+    fn config(batching: &str) -> ModelConfig {
+        let text = format!(
+            "[stages]\npredict = \"p.wasm\"\n[[inputs]]\nname = \"x\"\ndatatype = \"FP32\"\nshape = [-1]\n{batching}"
+        );
+        ModelConfig::parse(Path::new("/m/model"), &text).unwrap()
+    }
+
+    fn x(shape: &[u64]) -> Tensor {
+        let count = shape.iter().product::<u64>() as usize;
+        Tensor {
+            name: "x".into(),
+            datatype: DataType::Fp32,
+            shape: shape.to_vec(),
+            data: (0..count).flat_map(|i| (i as f32).to_le_bytes()).collect(),
+        }
+    }
+
+    #[test]
+    fn batching_models_split_along_the_leading_dimension() {
+        let c = config("[batching]\nmax_batch_size = 4");
+        let items = split_request(&c, vec![x(&[3, 2])]).unwrap();
+        assert_eq!(items.len(), 3);
+        assert_eq!(items[2][0].shape, vec![2]);
+        assert_eq!(items[2][0].data, [4f32.to_le_bytes(), 5f32.to_le_bytes()].concat());
+    }
+
+    #[test]
+    fn models_without_batching_take_the_request_whole() {
+        let c = config("");
+        let items = split_request(&c, vec![x(&[7])]).unwrap();
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0][0].shape, vec![7]);
+    }
+
+    #[test]
+    fn huge_batches_of_empty_items_are_refused_before_splitting() {
+        let c = config("[batching]\nmax_batch_size = 4\nmax_queue_size = 16");
+        let err = split_request(&c, vec![x(&[1_000_000, 0])]).unwrap_err();
+        assert!(err.to_string().contains("queues at most 16"), "{err}");
+        assert!(split_request(&c, vec![x(&[0, 1])]).is_err());
+    }
+
+    #[test]
+    fn answers_are_success_single_failure_or_multi_status() {
+        let c = config("[batching]\nmax_batch_size = 4");
+        let ok = |v: f32| {
+            Ok(vec![x(&[1]).clone()]).map(|mut item: Item| {
+                item[0].data = v.to_le_bytes().to_vec();
+                item
+            })
+        };
+        match assemble(&c, vec![ok(1.0), ok(2.0)]) {
+            Answer::Success(outputs) => assert_eq!(outputs[0].shape, vec![2, 1]),
+            other => panic!("{other:?}"),
+        }
+        match assemble(&c, vec![Err(ItemError::new(422, "no"))]) {
+            Answer::Failure(e) => assert_eq!(e.status, 422),
+            other => panic!("{other:?}"),
+        }
+        match assemble(&c, vec![ok(1.0), Err(ItemError::new(400, "bad"))]) {
+            Answer::MultiStatus(outcomes) => assert_eq!(outcomes.len(), 2),
+            other => panic!("{other:?}"),
+        }
+    }
 }
