@@ -35,7 +35,8 @@ base="http://127.0.0.1:$port"
 now() { date +%s.%N; }
 elapsed_ms() { python3 -c "print(round(($2 - $1) * 1000))"; }
 
-# Starts the server and prints the milliseconds until /v2/health/ready answers 200.
+# Starts the server; sets server_pid, and ready_ms to the milliseconds until
+# /v2/health/ready answered 200.
 start_timed() {
     local t0
     t0="$(now)"
@@ -46,13 +47,13 @@ start_timed() {
         kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
         sleep 0.01
     done
-    elapsed_ms "$t0" "$(now)"
+    ready_ms="$(elapsed_ms "$t0" "$(now)")"
 }
 
 stop() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""; }
 
-cold="$(start_timed)"; stop
-warm="$(start_timed)"
+start_timed; cold="$ready_ms"; stop
+start_timed; warm="$ready_ms"
 
 version() { curl -s "$base/v2/models/digits" | python3 -c 'import json,sys; print(json.load(sys.stdin)["versions"][0])'; }
 
