@@ -154,6 +154,15 @@ async fn contract_violations_are_caught_and_isolated() {
     server.stop().await;
 }
 
+/// Sends a one-item request for `x` in the background; resolves to its status.
+fn spawn_single(server: &TestServer, x: f32) -> tokio::task::JoinHandle<u16> {
+    let (client, url) = (server.client.clone(), server.url(INFER));
+    tokio::spawn(async move {
+        let body = request("x", "FP32", &[1, 1], json!([x]));
+        client.post(url).json(&body).send().await.unwrap().status().as_u16()
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_503_with_retry_after() {
     let repository = common::faulty_repository(&common::faulty_config(
@@ -164,18 +173,7 @@ async fn a_full_queue_answers_503_with_retry_after() {
     // One looping item occupies the only instance for 1.5 s; two more fill the queue.
     let mut busy = Vec::new();
     for x in [-2.0, 1.0, 2.0] {
-        let client = server.client.clone();
-        let url = server.url(INFER);
-        busy.push(tokio::spawn(async move {
-            client
-                .post(url)
-                .json(&request("x", "FP32", &[1, 1], json!([x])))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }));
+        busy.push(spawn_single(&server, x));
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let r = server
@@ -201,18 +199,7 @@ async fn request_timeout_answers_504_and_departed_clients_cost_no_plugin_call() 
         "instances = 1\ntimeout_ms = 1000",
     ));
     let server = TestServer::start(repository.path()).await;
-    let client = server.client.clone();
-    let url = server.url(INFER);
-    let looping = tokio::spawn(async move {
-        client
-            .post(url)
-            .json(&request("x", "FP32", &[1, 1], json!([-2.0])))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
-    });
+    let looping = spawn_single(&server, -2.0);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
     // Queued behind the loop with a 100 ms budget (microseconds, as Triton's `timeout`).

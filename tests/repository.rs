@@ -142,11 +142,17 @@ fn faulty_folder(repository: &Path, toml: &str) {
     std::fs::write(dir.join("model.toml"), toml).unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_version_takes_over_under_load_with_zero_failed_requests() {
+/// A repository holding the faulty model at version 1 (y = 2x), served in poll mode.
+async fn serve_faulty_version_1() -> (tempfile::TempDir, TestServer) {
     let repository = tempfile::tempdir().unwrap();
     faulty_folder(repository.path(), &faulty_toml(1, 2, ""));
     let server = TestServer::start(repository.path()).await;
+    (repository, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_version_takes_over_under_load_with_zero_failed_requests() {
+    let (repository, server) = serve_faulty_version_1().await;
     let load = Load::start(&server);
     eventually("answers from version 1", || load.answered() > 50).await;
     assert_eq!(load.last_answer(), Some(2.0));
@@ -176,9 +182,7 @@ async fn a_new_version_takes_over_under_load_with_zero_failed_requests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broken_builds_never_take_a_working_model_down() {
-    let repository = tempfile::tempdir().unwrap();
-    faulty_folder(repository.path(), &faulty_toml(1, 2, ""));
-    let server = TestServer::start(repository.path()).await;
+    let (repository, server) = serve_faulty_version_1().await;
     let load = Load::start(&server);
     eventually("answers", || load.answered() > 20).await;
     let dir = repository.path().join("faulty");
@@ -373,29 +377,23 @@ async fn repository_api_loads_and_unloads_behind_a_token() {
 async fn repository_api_can_be_switched_off() {
     let repository = tempfile::tempdir().unwrap();
     faulty_folder(repository.path(), &faulty_toml(1, 2, ""));
-    let mut config = ServeConfig::for_repository(repository.path());
-    config.repository_api = false;
-    let server = TestServer::start_with(config).await;
-    assert_eq!(post_with_token(&server, "/v2/repository/index", None).await.0, 403);
-    assert_eq!(
-        post_with_token(&server, "/v2/repository/models/faulty/unload", None)
-            .await
-            .0,
-        403
-    );
-    server.stop().await;
-
-    let mut config = ServeConfig::for_repository(repository.path());
-    config.model_control = ModelControl::None;
-    let server = TestServer::start_with(config).await;
-    assert_eq!(post_with_token(&server, "/v2/repository/index", None).await.0, 200);
-    assert_eq!(
-        post_with_token(&server, "/v2/repository/models/faulty/unload", None)
-            .await
-            .0,
-        403
-    );
-    server.stop().await;
+    // (how the server is configured, status of the index, status of an unload)
+    let off = |config: &mut ServeConfig| config.repository_api = false;
+    let frozen = |config: &mut ServeConfig| config.model_control = ModelControl::None;
+    let cases: [(&dyn Fn(&mut ServeConfig), u16, u16); 2] = [(&off, 403, 403), (&frozen, 200, 403)];
+    for (configure, index, unload) in cases {
+        let mut config = ServeConfig::for_repository(repository.path());
+        configure(&mut config);
+        let server = TestServer::start_with(config).await;
+        assert_eq!(post_with_token(&server, "/v2/repository/index", None).await.0, index);
+        assert_eq!(
+            post_with_token(&server, "/v2/repository/models/faulty/unload", None)
+                .await
+                .0,
+            unload
+        );
+        server.stop().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
