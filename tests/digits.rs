@@ -230,6 +230,30 @@ async fn health_and_metadata() {
     assert_eq!(server.get("/v2/models/digits/ready").await.0, 200);
     assert_eq!(server.get("/v2/models/digits/versions/1/ready").await.0, 200);
 
+    // One successful item, then the counters operators scrape.
+    let pixels = vec![0.0f32; 64];
+    let (status, _) = server
+        .post_json(INFER, &request("input-0", "FP32", &[1, 64], json!(pixels)))
+        .await;
+    assert_eq!(status, 200);
+    let metrics = server
+        .client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "# TYPE tensorplug_items_succeeded_total counter",
+        "tensorplug_items_succeeded_total{model=\"digits\",version=\"1\"} 1",
+        "tensorplug_batches_total{model=\"digits\",version=\"1\"} 1",
+        "tensorplug_model_ready{model=\"digits\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line:?} missing from\n{metrics}");
+    }
+
     let (status, body) = server.get("/v2/models/nope").await;
     assert_eq!(status, 404);
     assert!(body["error"].as_str().unwrap().contains("nope"));

@@ -377,13 +377,14 @@ async fn repository_api_loads_and_unloads_behind_a_token() {
 async fn repository_api_can_be_switched_off() {
     let repository = tempfile::tempdir().unwrap();
     faulty_folder(repository.path(), &faulty_toml(1, 2, ""));
-    // (how the server is configured, status of the index, status of an unload)
-    let off = |config: &mut ServeConfig| config.repository_api = false;
-    let frozen = |config: &mut ServeConfig| config.model_control = ModelControl::None;
-    let cases: [(&dyn Fn(&mut ServeConfig), u16, u16); 2] = [(&off, 403, 403), (&frozen, 200, 403)];
-    for (configure, index, unload) in cases {
+    // (repository API on, model control, status of the index, status of an unload)
+    for (api, control, index, unload) in [
+        (false, ModelControl::Poll, 403, 403),
+        (true, ModelControl::None, 200, 403),
+    ] {
         let mut config = ServeConfig::for_repository(repository.path());
-        configure(&mut config);
+        config.repository_api = api;
+        config.model_control = control;
         let server = TestServer::start_with(config).await;
         assert_eq!(post_with_token(&server, "/v2/repository/index", None).await.0, index);
         assert_eq!(

@@ -5,6 +5,7 @@
 
 mod health;
 mod infer;
+mod metrics;
 mod repository;
 mod response;
 
@@ -36,6 +37,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v2", get(health::server_metadata))
         .route("/v2/health/live", get(health::live))
         .route("/v2/health/ready", get(health::ready))
+        .route("/metrics", get(metrics::metrics))
         .route("/v2/models/{model}", get(health::model_metadata))
         .route(
             "/v2/models/{model}/versions/{version}",
