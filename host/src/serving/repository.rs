@@ -218,6 +218,7 @@ impl Repository {
             if unchanged {
                 return;
             }
+            tracing::info!(model = name, "model folder changed; loading it");
             // A failure is logged and shown in the index; the previous version serves on.
             let _ = self.load(name).await;
         } else if self.entries.load().contains_key(name) {

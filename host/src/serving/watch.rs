@@ -3,7 +3,8 @@
 //!
 //! File events are debounced (a build that writes a `.wasm` in several steps, or a copy of
 //! several files, becomes one reload), mapped to the model folder they happened in, and
-//! handed one name at a time to [`Repository::reconcile`].
+//! handed one name at a time to [`Repository::reconcile`], which reloads only when the
+//! folder's files really changed (reading them, as every load does, raises events too).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -51,7 +52,6 @@ pub fn watch(repository: Arc<Repository>, debounce: Duration) -> notify::Result<
                         repository.reconcile(&known).await;
                     }
                 } else {
-                    tracing::info!(model = %name, "model folder changed");
                     repository.reconcile(&name).await;
                 }
             }
