@@ -418,3 +418,32 @@ async fn a_wasip1_core_module_is_served() {
     assert!(body["error"].as_str().unwrap().contains("panic requested"), "{body}");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unloaded_model_stays_unloaded_until_its_folder_changes() {
+    let (repository, server) = serve_faulty_version_1().await;
+    assert_eq!(
+        post_with_token(&server, "/v2/repository/models/faulty/unload", None)
+            .await
+            .0,
+        200
+    );
+    // Reading the folder raises watch events too; they must not bring the model back.
+    let dir = repository.path().join("faulty");
+    let _ = std::fs::read(dir.join("model.toml")).unwrap();
+    let _ = std::fs::read(dir.join("predict.wasm")).unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(server.get("/v2/models/faulty").await.0, 404);
+
+    replace_file(&dir.join("model.toml"), faulty_toml(2, 3, "").as_bytes());
+    let mut status = 0;
+    for _ in 0..400 {
+        status = server.get("/v2/models/faulty/versions/2").await.0;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(status, 200);
+    server.stop().await;
+}

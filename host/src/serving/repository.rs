@@ -187,8 +187,9 @@ impl Repository {
         }
     }
 
-    /// Takes a model out of service; it stays in the index as UNAVAILABLE. Its queued and
-    /// running items still finish.
+    /// Takes a model out of service; it stays in the index as UNAVAILABLE until it is
+    /// loaded again (through the API, or in poll mode when its folder changes). Its queued
+    /// and running items still finish.
     pub async fn unload(&self, name: &str) -> Result<(), RepositoryError> {
         if !is_valid_model_name(name) {
             return Err(RepositoryError::InvalidName(name.to_string()));
@@ -197,11 +198,12 @@ impl Repository {
         if self.entries.load().get(name).and_then(|e| e.model.as_ref()).is_none() {
             return Err(RepositoryError::NotLoaded(name.to_string()));
         }
-        self.update(name, |_| Entry {
+        self.update(name, |entry| Entry {
             state: ModelState::Unavailable,
             model: None,
             reason: Some("unloaded".into()),
-            attempted: None,
+            // Kept, so that only a real change of the folder loads it again.
+            attempted: entry.and_then(|e| e.attempted.clone()),
         });
         tracing::info!(model = name, "model unloaded");
         Ok(())
@@ -212,9 +214,11 @@ impl Repository {
     pub async fn reconcile(&self, name: &str) {
         let dir = self.root.join(name);
         if dir.join(MODEL_FILE).is_file() {
-            let unchanged = self.entries.load().get(name).is_some_and(|e| {
-                e.attempted.is_some() && e.attempted == fingerprint(&dir) && e.reason.as_deref() != Some("unloaded")
-            });
+            let unchanged = self
+                .entries
+                .load()
+                .get(name)
+                .is_some_and(|e| e.attempted.is_some() && e.attempted == fingerprint(&dir));
             if unchanged {
                 return;
             }
