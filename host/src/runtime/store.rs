@@ -69,6 +69,7 @@ impl WasiView for StoreState {
 
 impl log::Host for StoreState {
     fn log(&mut self, level: log::Level, message: String) {
+        let message = truncate_at_char(&message, MAX_LOG_MESSAGE_BYTES);
         let StageTag { model, version, stage } = &self.tag;
         let (model, version) = (&**model, &**version);
         match level {
@@ -79,6 +80,18 @@ impl log::Host for StoreState {
             log::Level::Error => tracing::error!(model, version, stage, "{message}"),
         }
     }
+}
+
+/// Longest plugin log message kept; a plugin must not flood the host's log.
+const MAX_LOG_MESSAGE_BYTES: usize = 8 * 1024;
+
+/// `text` cut to at most `max` bytes on a character boundary.
+fn truncate_at_char(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// Builds a fresh store for one stage instance.
@@ -114,4 +127,16 @@ pub fn new_store(
     store.limiter(|state| &mut state.limits);
     store.set_epoch_deadline(limits.deadline_ticks);
     Ok(store)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_messages_are_cut_on_character_boundaries() {
+        assert_eq!(truncate_at_char("héllo", 2), "h");
+        assert_eq!(truncate_at_char("héllo", 3), "hé");
+        assert_eq!(truncate_at_char("short", 100), "short");
+    }
 }
