@@ -119,6 +119,11 @@ impl PipelineInstance {
         optional(&self.preprocess) + self.predict.traps + optional(&self.postprocess)
     }
 
+    /// A brand-new set of instances from the same template.
+    pub fn fresh(&self) -> Result<PipelineInstance, RuntimeError> {
+        self.template.instantiate()
+    }
+
     /// Whether every stage has a live instance (a failed replacement leaves a hole that
     /// the next call retries).
     pub fn is_whole(&self) -> bool {

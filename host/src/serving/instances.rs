@@ -3,13 +3,14 @@
 //! Plugins run on these dedicated threads, never on the async runtime: wasmtime's sync
 //! WASI calls block, and a long plugin call must not stall the HTTP edge.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::stats::ModelStats;
-use crate::outcome::ItemOutcome;
+use crate::outcome::{ItemError, ItemOutcome};
 use crate::pipeline::PipelineInstance;
 use crate::tensor::Item;
 
@@ -55,7 +56,26 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
         stats.batches.fetch_add(1, Ordering::Relaxed);
         stats.items.fetch_add(items.len() as u64, Ordering::Relaxed);
         let traps_before = pipeline.traps();
-        let outcomes = pipeline.run(items);
+        let count = items.len();
+        // The host must survive everything; a panic here is a host bug, but it must cost
+        // only this batch, not the instance thread.
+        let outcomes = match std::panic::catch_unwind(AssertUnwindSafe(|| pipeline.run(items))) {
+            Ok(outcomes) => outcomes,
+            Err(panic) => {
+                let message = panic_text(panic.as_ref());
+                tracing::error!("pipeline panicked: {message}");
+                match pipeline.fresh() {
+                    Ok(fresh) => pipeline = fresh,
+                    Err(e) => tracing::error!("cannot rebuild the pipeline instance: {e}"),
+                }
+                vec![
+                    Err(ItemError::trap(format!(
+                        "internal error while running the pipeline: {message}"
+                    )));
+                    count
+                ]
+            }
+        };
         stats
             .traps
             .fetch_add(pipeline.traps() - traps_before, Ordering::Relaxed);
@@ -82,4 +102,13 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
     if whole {
         stats.instances_live.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// The message of a caught panic, when it has one.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }
