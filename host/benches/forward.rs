@@ -2,6 +2,8 @@
 //! (lowering the batch into the sandbox, the plugin's simd128 forward pass, lifting the
 //! outputs back), for batch sizes 1, 8 and 32.
 //!
+//! Also: what replacing a trapped instance costs.
+//!
 //! Build the plugins first (`./scripts/build-plugins.sh`), then `cargo bench --bench forward`.
 
 use std::path::PathBuf;
@@ -84,6 +86,12 @@ fn forward_pass(c: &mut Criterion) {
         });
     }
     group.finish();
+
+    // What replacing a trapped instance costs: a fresh store, instantiation from the
+    // pre-linked template, and the plugin's `init` (which reads the weights).
+    c.bench_function("digits_predict_instance_replacement", |b| {
+        b.iter(|| std::hint::black_box(template.instantiate().expect("instance")))
+    });
 }
 
 criterion_group!(benches, forward_pass);
