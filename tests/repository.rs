@@ -108,13 +108,30 @@ impl Load {
 
 /// Waits (bounded) until `check` holds.
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    poll_until(what, || std::future::ready(check().then_some(()))).await
+}
+
+/// Probes (bounded) until `probe` gives an answer, and returns it.
+async fn poll_until<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
     for _ in 0..400 {
-        if check() {
-            return;
+        if let Some(answer) = probe().await {
+            return answer;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("timed out waiting for {what}");
+}
+
+/// Waits until GET `path` answers `status`.
+async fn wait_for_status(server: &TestServer, path: &str, status: u16) {
+    poll_until(&format!("{path} to answer {status}"), || async {
+        (server.get(path).await.0 == status).then_some(())
+    })
+    .await
 }
 
 async fn index_entry(server: &TestServer, name: &str) -> Value {
@@ -189,17 +206,17 @@ async fn broken_builds_never_take_a_working_model_down() {
 
     // A corrupt build.
     replace_file(&dir.join("predict.wasm"), b"\0asm\x0d\0\x01\0 this is not a component");
-    let mut reason = String::new();
-    for _ in 0..400 {
+    let entry = poll_until("the corrupt build's error in the index", || async {
         let entry = index_entry(&server, "faulty").await;
-        if let Some(r) = entry["reason"].as_str().filter(|r| r.contains("predict.wasm")) {
-            assert_eq!(entry["state"], "READY", "{entry}");
-            assert_eq!(entry["version"], "1", "{entry}");
-            reason = r.to_string();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+        entry["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("predict.wasm"))
+            .then_some(entry)
+    })
+    .await;
+    assert_eq!(entry["state"], "READY", "{entry}");
+    assert_eq!(entry["version"], "1", "{entry}");
+    let reason = entry["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("cannot compile"), "{reason}");
 
     // A build whose init fails (version 2).
@@ -208,17 +225,15 @@ async fn broken_builds_never_take_a_working_model_down() {
         &dir.join("model.toml"),
         faulty_toml(2, 3, "fail_init = \"true\"").as_bytes(),
     );
-    for _ in 0..400 {
+    let entry = poll_until("the failing init's error in the index", || async {
         let entry = index_entry(&server, "faulty").await;
-        if entry["reason"]
+        entry["reason"]
             .as_str()
             .is_some_and(|r| r.contains("init failed as configured"))
-        {
-            assert_eq!(entry["version"], "1", "{entry}");
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+            .then_some(entry)
+    })
+    .await;
+    assert_eq!(entry["version"], "1", "{entry}");
     let seen = load.answered();
     eventually("version 1 still answering", || load.answered() > seen + 20).await;
     assert_eq!(load.last_answer(), Some(2.0));
@@ -255,28 +270,14 @@ async fn model_folders_come_and_go() {
     let staging = repository.path().join(".staging");
     faulty_folder(&staging, &faulty_toml(1, 2, ""));
     std::fs::rename(staging.join("faulty"), repository.path().join("faulty")).unwrap();
-    let mut status = 0;
-    for _ in 0..400 {
-        status = server
-            .post_json(INFER, &request("x", "FP32", &[1, 1], json!([1.0])))
-            .await
-            .0;
-        if status == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    wait_for_status(&server, "/v2/models/faulty/ready", 200).await;
+    let (status, _) = server
+        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([1.0])))
+        .await;
     assert_eq!(status, 200);
 
     std::fs::remove_dir_all(repository.path().join("faulty")).unwrap();
-    for _ in 0..400 {
-        status = server.get("/v2/models/faulty").await.0;
-        if status == 404 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(status, 404);
+    wait_for_status(&server, "/v2/models/faulty", 404).await;
     assert_eq!(
         server
             .post_json(INFER, &request("x", "FP32", &[1, 1], json!([1.0])))
@@ -436,14 +437,6 @@ async fn an_unloaded_model_stays_unloaded_until_its_folder_changes() {
     assert_eq!(server.get("/v2/models/faulty").await.0, 404);
 
     replace_file(&dir.join("model.toml"), faulty_toml(2, 3, "").as_bytes());
-    let mut status = 0;
-    for _ in 0..400 {
-        status = server.get("/v2/models/faulty/versions/2").await.0;
-        if status == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(status, 200);
+    wait_for_status(&server, "/v2/models/faulty/versions/2", 200).await;
     server.stop().await;
 }
