@@ -134,6 +134,18 @@ async fn wait_for_status(server: &TestServer, path: &str, status: u16) {
     .await
 }
 
+/// Waits until the faulty model's index entry gives a reason containing `needle`.
+async fn wait_for_reason(server: &TestServer, needle: &str) -> Value {
+    poll_until(&format!("'{needle}' in the index"), || async {
+        let entry = index_entry(server, "faulty").await;
+        entry["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(needle))
+            .then_some(entry)
+    })
+    .await
+}
+
 async fn index_entry(server: &TestServer, name: &str) -> Value {
     let r = server
         .client
@@ -206,14 +218,7 @@ async fn broken_builds_never_take_a_working_model_down() {
 
     // A corrupt build.
     replace_file(&dir.join("predict.wasm"), b"\0asm\x0d\0\x01\0 this is not a component");
-    let entry = poll_until("the corrupt build's error in the index", || async {
-        let entry = index_entry(&server, "faulty").await;
-        entry["reason"]
-            .as_str()
-            .is_some_and(|r| r.contains("predict.wasm"))
-            .then_some(entry)
-    })
-    .await;
+    let entry = wait_for_reason(&server, "predict.wasm").await;
     assert_eq!(entry["state"], "READY", "{entry}");
     assert_eq!(entry["version"], "1", "{entry}");
     let reason = entry["reason"].as_str().unwrap_or_default();
@@ -225,14 +230,7 @@ async fn broken_builds_never_take_a_working_model_down() {
         &dir.join("model.toml"),
         faulty_toml(2, 3, "fail_init = \"true\"").as_bytes(),
     );
-    let entry = poll_until("the failing init's error in the index", || async {
-        let entry = index_entry(&server, "faulty").await;
-        entry["reason"]
-            .as_str()
-            .is_some_and(|r| r.contains("init failed as configured"))
-            .then_some(entry)
-    })
-    .await;
+    let entry = wait_for_reason(&server, "init failed as configured").await;
     assert_eq!(entry["version"], "1", "{entry}");
     let seen = load.answered();
     eventually("version 1 still answering", || load.answered() > seen + 20).await;
