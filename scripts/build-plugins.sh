@@ -4,6 +4,7 @@
 #   examples/digits/{preprocess,predict,postprocess} -> examples/models/digits/*.wasm
 #   examples/faulty                                  -> tests/models/faulty/predict.wasm
 #   examples/faulty, as a wasm32-wasip1 core module  -> tests/models/faulty-p1/predict.wasm
+#   examples/faulty-pre + examples/faulty             -> tests/models/faulty-pipeline/
 # Works from any directory. Extra arguments go to `cargo build` (e.g. --locked).
 set -euo pipefail
 
@@ -23,7 +24,7 @@ export CARGO_TARGET_WASM32_WASIP2_RUSTFLAGS="${CARGO_TARGET_WASM32_WASIP2_RUSTFL
 export CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="${CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS:-} $simd"
 
 cargo build --profile plugin --target wasm32-wasip2 \
-    -p digits-preprocess -p digits-predict -p digits-postprocess -p faulty "$@"
+    -p digits-preprocess -p digits-predict -p digits-postprocess -p faulty -p faulty-pre "$@"
 
 # One plugin as a wasm32-wasip1 core module, which the host turns into a component at
 # load time (tests/models/faulty-p1).
@@ -40,5 +41,7 @@ copy digits_preprocess.wasm examples/models/digits/preprocess.wasm
 copy digits_predict.wasm examples/models/digits/predict.wasm
 copy digits_postprocess.wasm examples/models/digits/postprocess.wasm
 copy faulty.wasm tests/models/faulty/predict.wasm
+copy faulty.wasm tests/models/faulty-pipeline/predict.wasm
+copy faulty_pre.wasm tests/models/faulty-pipeline/preprocess.wasm
 out="target/wasm32-wasip1/plugin"
 copy faulty.wasm tests/models/faulty-p1/predict.wasm

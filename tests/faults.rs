@@ -265,3 +265,32 @@ async fn memory_stays_bounded_over_1000_faulting_requests() {
     assert_eq!(stats["instances_live"], stats["instances"], "{stats}");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_wise_stages_are_isolated_too() {
+    let server = TestServer::start(&repository()).await;
+    let path = "/v2/models/faulty-pipeline/infer";
+    for (fault, status, needle) in [
+        (-1.0, 500, "faulty-pre: panic requested"),
+        (
+            -9.0,
+            500,
+            "preprocess broke the plugin contract: returned 0 results for 1 items",
+        ),
+        (-10.0, 400, "faulty-pre: item refused"),
+    ] {
+        let (code, body) = server
+            .post_json(path, &request("x", "FP32", &[4, 1], json!([1.0, fault, 3.0, 4.0])))
+            .await;
+        assert_eq!(code, 207, "fault {fault}: {body}");
+        let results = body["results"].as_array().unwrap();
+        for (i, want) in [(0, 2.0), (2, 6.0), (3, 8.0)] {
+            assert_eq!(results[i]["status"], 200, "fault {fault}: {body}");
+            assert_eq!(output_f32(&results[i], "y"), vec![want]);
+        }
+        assert_eq!(results[1]["status"], status, "fault {fault}: {body}");
+        let error = results[1]["error"].as_str().unwrap();
+        assert!(error.contains(needle), "fault {fault}: {error}");
+    }
+    server.stop().await;
+}
