@@ -117,22 +117,24 @@ pub enum Answer {
 
 /// Reassembles one request's answer from its items' outcomes, in order.
 pub fn assemble(config: &ModelConfig, mut outcomes: Vec<ItemOutcome>) -> Answer {
-    if outcomes.len() == 1 && !config.batches {
+    if outcomes.len() == 1 {
         return match outcomes.pop() {
-            Some(Ok(outputs)) => Answer::Success(outputs),
+            // A model without batching answers its one item as it is; a batching model's
+            // item gets its batch dimension back below.
+            Some(Ok(outputs)) if !config.batches => Answer::Success(outputs),
+            Some(Ok(outputs)) => stack_outputs(vec![outputs]),
             Some(Err(error)) => Answer::Failure(error),
             None => Answer::Failure(ItemError::trap("no outcome")),
         };
     }
     if outcomes.iter().any(|o| o.is_err()) {
-        if outcomes.len() == 1 {
-            if let Some(Err(error)) = outcomes.pop() {
-                return Answer::Failure(error);
-            }
-        }
         return Answer::MultiStatus(outcomes);
     }
-    let items: Vec<Item> = outcomes.into_iter().filter_map(Result::ok).collect();
+    stack_outputs(outcomes.into_iter().filter_map(Result::ok).collect())
+}
+
+/// Stacks every item's outputs along a new leading dimension, output by output.
+fn stack_outputs(items: Vec<Item>) -> Answer {
     let Some(first) = items.first() else {
         return Answer::Failure(ItemError::trap("no outcome"));
     };

@@ -62,19 +62,16 @@ struct Slot {
 
 impl Slot {
     fn instance(&mut self) -> Result<&mut StageInstance, ItemError> {
-        if self.live.is_none() {
-            let fresh = self.template.instantiate().map_err(|e| {
+        let live = match self.live.take() {
+            Some(live) => live,
+            None => self.template.instantiate().map_err(|e| {
                 ItemError::unavailable(format!(
                     "{} instance could not be re-created: {e}",
                     self.template.kind().name()
                 ))
-            })?;
-            self.live = Some(fresh);
-        }
-        // Just filled above when it was empty.
-        self.live
-            .as_mut()
-            .ok_or_else(|| ItemError::unavailable("stage instance unavailable"))
+            })?,
+        };
+        Ok(self.live.insert(live))
     }
 
     /// Drops a trapped instance and builds its replacement right away, so the next call

@@ -71,35 +71,22 @@ fn metadata(model: &Model) -> ModelMetadata {
     }
 }
 
-pub async fn model_metadata(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
-    match find_model(&state, &name, None) {
+/// The `{model}` and optional `{version}` segments of a model route.
+#[derive(serde::Deserialize)]
+pub struct ModelPath {
+    pub model: String,
+    pub version: Option<String>,
+}
+
+pub async fn model_metadata(State(state): State<Arc<AppState>>, Path(path): Path<ModelPath>) -> Response {
+    match find_model(&state, &path.model, path.version.as_deref()) {
         Ok(model) => Json(metadata(&model)).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
-pub async fn model_metadata_versioned(
-    State(state): State<Arc<AppState>>,
-    Path((name, version)): Path<(String, String)>,
-) -> Response {
-    match find_model(&state, &name, Some(&version)) {
-        Ok(model) => Json(metadata(&model)).into_response(),
-        Err(e) => e.into_response(),
-    }
-}
-
-pub async fn model_ready(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
-    match find_model(&state, &name, None) {
-        Ok(_) => StatusCode::OK.into_response(),
-        Err(e) => e.into_response(),
-    }
-}
-
-pub async fn model_ready_versioned(
-    State(state): State<Arc<AppState>>,
-    Path((name, version)): Path<(String, String)>,
-) -> Response {
-    match find_model(&state, &name, Some(&version)) {
+pub async fn model_ready(State(state): State<Arc<AppState>>, Path(path): Path<ModelPath>) -> Response {
+    match find_model(&state, &path.model, path.version.as_deref()) {
         Ok(_) => StatusCode::OK.into_response(),
         Err(e) => e.into_response(),
     }

@@ -10,29 +10,21 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 
-use super::health::find_model;
+use super::health::{find_model, ModelPath};
 use super::response::{self, HEADER_CONTENT_LENGTH};
 use super::AppState;
 use crate::error::ServeError;
 use crate::items::{assemble, split_request, Answer};
-use crate::protocol::{decode_request, encode_multi_status, encode_response, ItemResult, OutputOptions};
+use crate::outcome::ItemOutcome;
+use crate::protocol::{decode_request, encode_multi_status, encode_response, OutputOptions};
 
 pub async fn infer(
     State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
+    Path(path): Path<ModelPath>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(state, name, None, headers, body).await
-}
-
-pub async fn infer_versioned(
-    State(state): State<Arc<AppState>>,
-    Path((name, version)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    handle(state, name, Some(version), headers, body).await
+    handle(state, path.model, path.version, headers, body).await
 }
 
 async fn handle(
@@ -125,18 +117,12 @@ async fn run(
             response::error(status, &error.message)
         }
         Answer::MultiStatus(outcomes) => {
-            let results: Vec<ItemResult> = outcomes
-                .iter()
-                .map(|outcome| match outcome {
-                    Ok(item) => ItemResult::Ok(options.filter(item.clone())),
-                    Err(e) => ItemResult::Err {
-                        status: e.status,
-                        message: e.message.clone(),
-                    },
-                })
-                .collect();
             let failed = outcomes.iter().filter(|o| o.is_err()).count();
             tracing::info!(failed, items = outcomes.len(), "multi-status answer");
+            let results: Vec<ItemOutcome> = outcomes
+                .into_iter()
+                .map(|o| o.map(|item| options.filter(item)))
+                .collect();
             response::json(
                 StatusCode::MULTI_STATUS,
                 encode_multi_status(model_name, model_version, id.as_deref(), &results),

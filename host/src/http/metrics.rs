@@ -8,7 +8,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 use super::AppState;
-use crate::serving::{ModelState, StatsSnapshot};
+use crate::serving::StatsSnapshot;
 
 /// One metric family: name, type, help, and how to read it from a model's counters.
 struct Family {
@@ -83,7 +83,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     );
     let _ = writeln!(text, "# TYPE tensorplug_model_ready gauge");
     for (name, entry) in &index {
-        let ready = u8::from(entry.state == ModelState::Ready && entry.model.is_some());
+        let ready = u8::from(entry.model.is_some());
         let _ = writeln!(text, "tensorplug_model_ready{{model=\"{name}\"}} {ready}");
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)

@@ -39,24 +39,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v2/health/ready", get(health::ready))
         .route("/metrics", get(metrics::metrics))
         .route("/v2/models/{model}", get(health::model_metadata))
-        .route(
-            "/v2/models/{model}/versions/{version}",
-            get(health::model_metadata_versioned),
-        )
+        .route("/v2/models/{model}/versions/{version}", get(health::model_metadata))
         .route("/v2/models/{model}/ready", get(health::model_ready))
         .route("/v2/models/{model}/stats", get(health::model_stats))
-        .route(
-            "/v2/models/{model}/versions/{version}/ready",
-            get(health::model_ready_versioned),
-        )
+        .route("/v2/models/{model}/versions/{version}/ready", get(health::model_ready))
         .route("/v2/repository/index", post(repository::index))
         .route("/v2/repository/models/{model}/load", post(repository::load))
         .route("/v2/repository/models/{model}/unload", post(repository::unload))
         .route("/v2/models/{model}/infer", post(infer::infer))
-        .route(
-            "/v2/models/{model}/versions/{version}/infer",
-            post(infer::infer_versioned),
-        )
+        .route("/v2/models/{model}/versions/{version}/infer", post(infer::infer))
         // Failed items are logged where they fail, with their reason; the layer's own
         // failure line would only repeat the status.
         .layer(TraceLayer::new_for_http().on_failure(DefaultOnFailure::new().level(Level::DEBUG)))

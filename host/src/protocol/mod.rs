@@ -22,4 +22,4 @@ mod tensor_json;
 pub use error::ProtocolError;
 pub use metadata::{ModelMetadata, ServerMetadata, TensorMetadata};
 pub use request::{decode_request, InferRequest, RequestedOutput};
-pub use response::{encode_error, encode_multi_status, encode_response, EncodedResponse, ItemResult, OutputOptions};
+pub use response::{encode_error, encode_multi_status, encode_response, EncodedResponse, OutputOptions};

@@ -11,6 +11,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::request::InferRequest;
 use super::tensor_json::JsonOutput;
+use crate::outcome::ItemOutcome;
 use crate::tensor::Tensor;
 
 /// Which outputs a response carries, and how.
@@ -51,7 +52,7 @@ impl OutputOptions {
     }
 
     /// Keeps only the requested outputs, in requested order (for building
-    /// [`ItemResult::Ok`] of a 207, which has no per-call options).
+    /// successful item of a 207, which has no per-call options).
     pub fn filter(&self, outputs: Vec<Tensor>) -> Vec<Tensor> {
         if self.requested.is_empty() {
             return outputs;
@@ -84,16 +85,6 @@ pub struct EncodedResponse {
     /// Length of the JSON part when binary data follows it: send it as the
     /// `Inference-Header-Content-Length` header. `None`: the whole body is JSON.
     pub json_header_len: Option<usize>,
-}
-
-/// One item's outcome in a multi-item request.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ItemResult {
-    /// The item's outputs, without a batch dimension (as `Tensor::split_leading` gives
-    /// them); the 207 body shows each with a leading dimension of 1.
-    Ok(Vec<Tensor>),
-    /// The item failed; `status` outside 400..=599 is written as 500.
-    Err { status: u16, message: String },
 }
 
 #[derive(serde::Serialize)]
@@ -160,13 +151,13 @@ struct MultiStatusJson<'a> {
     results: Vec<ItemJson<'a>>,
 }
 
-struct ItemJson<'a>(&'a ItemResult);
+struct ItemJson<'a>(&'a ItemOutcome);
 
 impl Serialize for ItemJson<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(2))?;
         match self.0 {
-            ItemResult::Ok(outputs) => {
+            Ok(outputs) => {
                 map.serialize_entry("status", &200u16)?;
                 let outputs: Vec<JsonOutput<'_>> = outputs
                     .iter()
@@ -178,20 +169,25 @@ impl Serialize for ItemJson<'_> {
                     .collect();
                 map.serialize_entry("outputs", &outputs)?;
             }
-            ItemResult::Err { status, message } => {
-                let status = if (400..=599).contains(status) { *status } else { 500 };
-                map.serialize_entry("status", &status)?;
-                map.serialize_entry("error", message)?;
+            Err(error) => {
+                map.serialize_entry("status", &error.status)?;
+                map.serialize_entry("error", &error.message)?;
             }
         }
         map.end()
     }
 }
 
-/// Encodes a 207 Multi-Status body: one entry per item, in order. Always JSON (no binary
-/// data); successful items list all their outputs (apply [`OutputOptions::filter`] first
-/// to honour the request's output selection).
-pub fn encode_multi_status(model_name: &str, model_version: &str, id: Option<&str>, results: &[ItemResult]) -> Vec<u8> {
+/// Encodes a 207 Multi-Status body: one entry per item, in order, each successful item's
+/// outputs (without a batch dimension) shown with a leading dimension of 1. Always JSON (no
+/// binary data); successful items list all their outputs (apply [`OutputOptions::filter`]
+/// first to honour the request's output selection).
+pub fn encode_multi_status(
+    model_name: &str,
+    model_version: &str,
+    id: Option<&str>,
+    results: &[ItemOutcome],
+) -> Vec<u8> {
     to_json(&MultiStatusJson {
         model_name,
         model_version,

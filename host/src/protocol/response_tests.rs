@@ -3,6 +3,7 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::outcome::ItemError;
 use crate::protocol::decode_request;
 use crate::tensor::{push_bytes_element, DataType};
 
@@ -145,15 +146,9 @@ fn non_finite_floats_become_null_in_json() {
 #[test]
 fn multi_status_lists_every_item() {
     let results = [
-        ItemResult::Ok(vec![fp32("y", &[2], &[0.25, 0.75])]),
-        ItemResult::Err {
-            status: 400,
-            message: "input-0[5]: pixel value 99 is outside 0..16".into(),
-        },
-        ItemResult::Err {
-            status: 200,
-            message: "bogus status".into(),
-        },
+        Ok(vec![fp32("y", &[2], &[0.25, 0.75])]),
+        Err(ItemError::new(400, "input-0[5]: pixel value 99 is outside 0..16")),
+        Err(ItemError::new(200, "bogus status")),
     ];
     let body = encode_multi_status("digits", "1", Some("r"), &results);
     assert_eq!(

@@ -26,6 +26,10 @@ pub enum ModelState {
     Unavailable,
 }
 
+/// The reason an entry gives after an explicit unload; such a model does not count
+/// against readiness.
+pub const UNLOADED: &str = "unloaded";
+
 /// One model folder's entry.
 #[derive(Clone)]
 pub struct Entry {
@@ -201,7 +205,7 @@ impl Repository {
         self.update(name, |entry| Entry {
             state: ModelState::Unavailable,
             model: None,
-            reason: Some("unloaded".into()),
+            reason: Some(UNLOADED.into()),
             // Kept, so that only a real change of the folder loads it again.
             attempted: entry.and_then(|e| e.attempted.clone()),
         });
@@ -274,7 +278,7 @@ impl Repository {
         self.entries
             .load()
             .values()
-            .all(|e| e.model.is_some() || e.reason.as_deref() == Some("unloaded"))
+            .all(|e| e.model.is_some() || e.reason.as_deref() == Some(UNLOADED))
     }
 
     /// Takes every model out of service and waits, up to `grace`, until their queued and
