@@ -25,28 +25,10 @@ warmup="${BENCH_WARMUP:-2s}"
 concurrencies="${BENCH_CONCURRENCY:-1 16 64}"
 threads="${LOADGEN_THREADS:-1}"
 
-./scripts/build-plugins.sh >&2
-cargo build --release -p tensorplug -p tensorplug-loadgen >&2
+source scripts/bench-common.sh
 
-server="$root/target/release/tensorplug"
-loadgen="$root/target/release/tensorplug-loadgen"
 bodies="$root/tests/data/digits/test_requests.jsonl"
 clk_tck="$(getconf CLK_TCK)"
-
-work="$(mktemp -d)"
-server_pid=""
-cleanup() {
-    if [[ -n "$server_pid" ]]; then
-        kill "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
 
 # A model repository holding a copy of the digits model, batching on or off.
 make_repo() {

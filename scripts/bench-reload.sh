@@ -13,24 +13,13 @@ cd "$root"
 reloads="${RELOADS:-20}"
 every="${RELOAD_EVERY:-1}"
 
-./scripts/build-plugins.sh >&2
-cargo build --release -p tensorplug -p tensorplug-loadgen >&2
-server="$root/target/release/tensorplug"
-loadgen="$root/target/release/tensorplug-loadgen"
-
-work="$(mktemp -d)"
-server_pid=""
-cleanup() {
-    [[ -n "$server_pid" ]] && { kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; }
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source scripts/bench-common.sh
 
 repo="$work/repo"
 mkdir -p "$repo"
 cp -R examples/models/digits "$repo/digits"
 cache="$work/cache"
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 base="http://127.0.0.1:$port"
 now() { date +%s.%N; }
 elapsed_ms() { python3 -c "print(round(($2 - $1) * 1000))"; }

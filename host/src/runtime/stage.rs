@@ -161,16 +161,11 @@ impl StageTemplate {
             reason,
         };
         let exports = match &self.pre {
-            Pre::Preprocess(pre) => {
-                Exports::Preprocess(pre.instantiate(&mut store).map_err(|e| init_error(format!("{e:#}")))?)
-            }
-            Pre::Predict(pre) => {
-                Exports::Predict(pre.instantiate(&mut store).map_err(|e| init_error(format!("{e:#}")))?)
-            }
-            Pre::Postprocess(pre) => {
-                Exports::Postprocess(pre.instantiate(&mut store).map_err(|e| init_error(format!("{e:#}")))?)
-            }
-        };
+            Pre::Preprocess(pre) => pre.instantiate(&mut store).map(Exports::Preprocess),
+            Pre::Predict(pre) => pre.instantiate(&mut store).map(Exports::Predict),
+            Pre::Postprocess(pre) => pre.instantiate(&mut store).map(Exports::Postprocess),
+        }
+        .map_err(|e| init_error(format!("{e:#}")))?;
         let mut instance = StageInstance {
             template: self.clone(),
             store,

@@ -1,0 +1,25 @@
+# Shared by the benchmark scripts (sourced, not run): builds the plugins and the release
+# binaries, sets `server`, `loadgen` and a temporary `work` folder, stops the server whose
+# pid is in `server_pid` and removes `work` on exit, and offers `free_port`.
+
+./scripts/build-plugins.sh >&2
+cargo build --release -p tensorplug -p tensorplug-loadgen >&2
+
+server="$root/target/release/tensorplug"
+loadgen="$root/target/release/tensorplug-loadgen"
+
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+    if [[ -n "$server_pid" ]]; then
+        kill "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# A TCP port on 127.0.0.1 that is free right now.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
