@@ -256,34 +256,28 @@ async fn broken_builds_never_take_a_working_model_down() {
 async fn model_folders_come_and_go() {
     let repository = tempfile::tempdir().unwrap();
     let server = TestServer::start(repository.path()).await;
-    assert_eq!(
-        server
-            .post_json(INFER, &request("x", "FP32", &[1, 1], json!([1.0])))
-            .await
-            .0,
-        404
-    );
+    assert_eq!(infer_one(&server, 1.0).await, 404);
 
     // Written into a hidden folder, then renamed into place: one atomic appearance.
     let staging = repository.path().join(".staging");
     faulty_folder(&staging, &faulty_toml(1, 2, ""));
     std::fs::rename(staging.join("faulty"), repository.path().join("faulty")).unwrap();
     wait_for_status(&server, "/v2/models/faulty/ready", 200).await;
-    let (status, _) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([1.0])))
-        .await;
+    let status = infer_one(&server, 1.0).await;
     assert_eq!(status, 200);
 
     std::fs::remove_dir_all(repository.path().join("faulty")).unwrap();
     wait_for_status(&server, "/v2/models/faulty", 404).await;
-    assert_eq!(
-        server
-            .post_json(INFER, &request("x", "FP32", &[1, 1], json!([1.0])))
-            .await
-            .0,
-        404
-    );
+    assert_eq!(infer_one(&server, 1.0).await, 404);
     server.stop().await;
+}
+
+/// The status of a one-item request for `x` to the faulty model.
+async fn infer_one(server: &TestServer, x: f32) -> u16 {
+    server
+        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([x])))
+        .await
+        .0
 }
 
 async fn post_with_token(server: &TestServer, path: &str, token: Option<&str>) -> (u16, String) {
@@ -342,13 +336,7 @@ async fn repository_api_loads_and_unloads_behind_a_token() {
             .0,
         200
     );
-    assert_eq!(
-        server
-            .post_json(INFER, &request("x", "FP32", &[1, 1], json!([1.0])))
-            .await
-            .0,
-        404
-    );
+    assert_eq!(infer_one(&server, 1.0).await, 404);
     let (_, body) = post_with_token(&server, "/v2/repository/index", token).await;
     let index: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(index[0]["state"], "UNAVAILABLE");
