@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{output_f32, request, TestServer};
 use serde_json::{json, Value};
-use tensorplug::config::{ModelControl, ServeConfig};
+use tensorplug::config::{ModelControl, RepositoryApi, ServeConfig};
 
 const INFER: &str = "/v2/models/faulty/infer";
 
@@ -366,8 +366,9 @@ async fn repository_api_can_be_switched_off() {
     faulty_folder(repository.path(), &faulty_toml(1, 2, ""));
     // (repository API on, model control, status of the index, status of an unload)
     for (api, control, index, unload) in [
-        (false, ModelControl::Poll, 403, 403),
-        (true, ModelControl::None, 200, 403),
+        (RepositoryApi::Off, ModelControl::Poll, 403, 403),
+        (RepositoryApi::On, ModelControl::None, 200, 403),
+        (RepositoryApi::Open, ModelControl::None, 200, 403),
     ] {
         let mut config = ServeConfig::for_repository(repository.path());
         config.repository_api = api;
@@ -407,8 +408,32 @@ async fn a_wasip1_core_module_is_served() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_nobody_can_unload_a_model_and_it_keeps_serving() {
+    let (_repository, server) = serve_faulty_version_1().await;
+    let (status, body) = post_with_token(&server, "/v2/repository/models/faulty/unload", None).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("--admin-token"),
+        "the refusal says how to allow it: {body}"
+    );
+    let (status, _) = post_with_token(&server, "/v2/repository/models/faulty/load", None).await;
+    assert_eq!(status, 403);
+    // The read-only index stays available.
+    assert_eq!(post_with_token(&server, "/v2/repository/index", None).await.0, 200);
+    let (status, body) = server
+        .post_json("/v2/models/faulty/infer", &request("x", "FP32", &[1, 1], json!([1.0])))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unloaded_model_stays_unloaded_until_its_folder_changes() {
-    let (repository, server) = serve_faulty_version_1().await;
+    let repository = tempfile::tempdir().unwrap();
+    faulty_folder(repository.path(), &faulty_toml(1, 2, ""));
+    let mut config = ServeConfig::for_repository(repository.path());
+    config.repository_api = RepositoryApi::Open;
+    let server = TestServer::start_with(config).await;
     assert_eq!(
         post_with_token(&server, "/v2/repository/models/faulty/unload", None)
             .await

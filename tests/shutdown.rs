@@ -1,5 +1,6 @@
 //! End to end, with the real binary: SIGTERM while requests are in flight lets every one
-//! of them finish, then the process exits 0.
+//! of them finish, then the process exits 0; a request that runs past the grace period
+//! does not hold the exit back beyond it.
 
 mod common;
 
@@ -7,6 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::process::ServerProcess;
 use common::{output_f32, request};
 use serde_json::json;
 
@@ -85,4 +87,39 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     assert_eq!(exit.code(), Some(0));
     let log: Vec<String> = lines_rx.try_iter().collect();
     assert!(log.iter().any(|l| l.contains("shutting down")), "{log:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_ends_within_the_grace_period_even_with_a_request_running_past_it() {
+    // A plugin call that spins for 20 s (its own deadline), and a grace period of 1 s.
+    let repository = common::faulty_repository(&common::faulty_config(
+        "max_batch_size = 4",
+        "instances = 1\ntimeout_ms = 20000\nrequest_timeout_ms = 30000",
+    ));
+    let mut server = ServerProcess::spawn(repository.path(), &["--shutdown-grace-secs", "1"]).await;
+    let client = server.client.clone();
+    let url = server.url("/v2/models/faulty/infer");
+    let spinning = tokio::spawn(async move {
+        client
+            .post(url)
+            .json(&request("x", "FP32", &[1, 1], json!([-2.0])))
+            .send()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let signalled = std::time::Instant::now();
+    server.terminate();
+    let exit = server.wait_exit(Duration::from_secs(10)).await;
+    let took = signalled.elapsed();
+    assert!(exit.is_some(), "the server did not exit within 10 s of SIGTERM");
+    assert!(
+        took < Duration::from_millis(1800),
+        "the drain took {took:?} with a grace period of 1 s"
+    );
+    assert!(
+        server.log().iter().any(|l| l.contains("grace period over")),
+        "{:?}",
+        server.log()
+    );
+    spinning.abort();
 }

@@ -4,9 +4,17 @@
 //! in [`predictor`], and the other two worlds point at them (`with`), so that every stage
 //! shares one `Tensor`, one `ItemError`, and so on.
 //!
-//! The export macros are `#[macro_export]`ed (they end up at the crate root with
-//! `__export_*_impl` names); use the re-exports `export_preprocessor!`,
-//! `export_predictor!` and `export_postprocessor!` instead.
+//! Plugins do not use these directly: they implement the SDK's [`Predictor`],
+//! [`Preprocessor`] or [`Postprocessor`] and export it with [`export_predictor!`] (and
+//! so on), which wraps the user's type in a hidden adapter that implements the world's
+//! `Guest` trait. wit-bindgen's own export macros are `#[macro_export]`ed (at the crate
+//! root, as `__export_{world}_impl`; each world module also re-exports its macro as
+//! `export_world`); the SDK's macros call them with `with_types_in $crate::bindings::{world}`.
+//!
+//! [`Predictor`]: crate::Predictor
+//! [`Preprocessor`]: crate::Preprocessor
+//! [`Postprocessor`]: crate::Postprocessor
+//! [`export_predictor!`]: crate::export_predictor
 
 /// The `predictor` world: `init` and `predict`; also home of the shared interfaces.
 pub mod predictor {
@@ -14,7 +22,7 @@ pub mod predictor {
         path: "../wit",
         world: "predictor",
         pub_export_macro: true,
-        export_macro_name: "export_predictor",
+        export_macro_name: "export_world",
         default_bindings_module: "tensorplug_guest::bindings::predictor",
         runtime_path: "tensorplug_guest::__wit_bindgen::rt",
         additional_derives: [PartialEq],
@@ -27,7 +35,7 @@ pub mod preprocessor {
         path: "../wit",
         world: "preprocessor",
         pub_export_macro: true,
-        export_macro_name: "export_preprocessor",
+        export_macro_name: "export_world",
         default_bindings_module: "tensorplug_guest::bindings::preprocessor",
         runtime_path: "tensorplug_guest::__wit_bindgen::rt",
         with: {
@@ -43,7 +51,7 @@ pub mod postprocessor {
         path: "../wit",
         world: "postprocessor",
         pub_export_macro: true,
-        export_macro_name: "export_postprocessor",
+        export_macro_name: "export_world",
         default_bindings_module: "tensorplug_guest::bindings::postprocessor",
         runtime_path: "tensorplug_guest::__wit_bindgen::rt",
         with: {

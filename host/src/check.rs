@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
+use crate::pipeline::LoadedModel;
 use crate::runtime::Runtime;
-use crate::serving::Model;
 
 /// One model folder's verdict.
 pub struct Verdict {
@@ -16,18 +16,14 @@ pub struct Verdict {
 /// per stage) and reports each.
 pub async fn check_repository(repository: &Path, runtime: &Runtime) -> std::io::Result<Vec<Verdict>> {
     let (repository, runtime) = (repository.to_path_buf(), runtime.clone());
-    let tokio = tokio::runtime::Handle::current();
     // Plugins' WASI calls block: they must not run on an async worker thread.
-    tokio::task::spawn_blocking(move || check_blocking(&repository, &runtime, &tokio))
+    tokio::task::spawn_blocking(move || check_blocking(&repository, &runtime))
         .await
         .map_err(std::io::Error::other)?
 }
 
-fn check_blocking(
-    repository: &Path,
-    runtime: &Runtime,
-    tokio: &tokio::runtime::Handle,
-) -> std::io::Result<Vec<Verdict>> {
+/// [`check_repository`] on the calling thread, which may block.
+pub fn check_blocking(repository: &Path, runtime: &Runtime) -> std::io::Result<Vec<Verdict>> {
     let mut names: Vec<String> = Vec::new();
     for entry in std::fs::read_dir(repository)? {
         let entry = entry?;
@@ -41,12 +37,8 @@ fn check_blocking(
         .filter(|name| !name.starts_with('.'))
         .map(|name| {
             let dir = repository.join(&name);
-            let result = Model::load_with_instances(runtime, &dir, tokio, Some(1))
-                .map(|model| {
-                    let c = &model.config;
-                    let stages: Vec<&str> = c.stages.iter().map(|(kind, _)| kind.name()).collect();
-                    format!("version {}: {}", c.version, stages.join(" -> "))
-                })
+            let result = LoadedModel::load(runtime, &dir, Some(1))
+                .map(|loaded| loaded.describe())
                 .map_err(|e| e.to_string());
             Verdict { name, result }
         })

@@ -35,6 +35,23 @@ pub enum ModelControl {
     None,
 }
 
+/// Who may use the repository API (`/v2/repository/...`).
+///
+/// Loading and unloading change what every client is served, so by default they need
+/// the admin token: anyone who could reach the port could otherwise unload a model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RepositoryApi {
+    /// The index is served; load and unload need `--admin-token` (refused without one).
+    #[value(alias = "true")]
+    On,
+    /// Load and unload are allowed without a token (unless one is set): for trusted
+    /// networks only; the server warns at start.
+    Open,
+    /// Nothing under /v2/repository is served.
+    #[value(alias = "false")]
+    Off,
+}
+
 /// Settings of `tensorplug check`.
 #[derive(Clone, Debug, Args)]
 pub struct CheckConfig {
@@ -110,11 +127,14 @@ pub struct ServeConfig {
     #[arg(long = "load-model", env = "TENSORPLUG_LOAD_MODELS", value_delimiter = ',')]
     pub load_models: Vec<String>,
 
-    /// Serve the repository API (index, load, unload) under /v2/repository.
-    #[arg(long, env = "TENSORPLUG_REPOSITORY_API", default_value_t = true, action = clap::ArgAction::Set)]
-    pub repository_api: bool,
+    /// The repository API under /v2/repository: `on` serves the index, and load/unload
+    /// only with `--admin-token`; `open` also allows load/unload without a token; `off`
+    /// serves none of it.
+    #[arg(long, env = "TENSORPLUG_REPOSITORY_API", value_enum, default_value_t = RepositoryApi::On)]
+    pub repository_api: RepositoryApi,
 
-    /// When set, the repository API demands `Authorization: Bearer <token>`.
+    /// Bearer token that every repository route demands, and without which load and
+    /// unload are refused (unless `--repository-api open`).
     #[arg(long, env = "TENSORPLUG_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
@@ -124,6 +144,9 @@ pub struct ServeConfig {
 
     #[command(flatten)]
     pub cache: CacheArgs,
+
+    #[command(flatten)]
+    pub connections: ConnectionArgs,
 }
 
 impl ServeConfig {
@@ -138,17 +161,82 @@ impl ServeConfig {
             log: "info".into(),
             model_control: ModelControl::Poll,
             load_models: Vec::new(),
-            repository_api: true,
+            repository_api: RepositoryApi::On,
             admin_token: None,
             watch_debounce_ms: 100,
             cache: CacheArgs {
                 cache_dir: None,
                 no_cache: true,
             },
+            connections: ConnectionArgs::default(),
         }
     }
 
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)
+    }
+}
+
+/// Bounds on the REST port's client connections (see `http::connections`).
+///
+/// Timeouts are in milliseconds, like `--watch-debounce-ms`, so that tests can use
+/// sub-second ones; each must be at least 1 ms and at most a day.
+#[derive(Clone, Debug, PartialEq, Eq, Args)]
+pub struct ConnectionArgs {
+    /// Longest time a client may take to send a request's headers, counted from the
+    /// connection's accept (first request) or the request's first byte (later ones).
+    #[arg(long, env = "TENSORPLUG_HEADER_READ_TIMEOUT_MS", default_value_t = ConnectionArgs::DEFAULT_HEADER_READ_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=ConnectionArgs::MAX_TIMEOUT_MS))]
+    pub header_read_timeout_ms: u64,
+
+    /// Longest time a client may take to send a request's whole body, counted from the
+    /// end of its headers; beyond it the request is answered 408 and the connection closed.
+    #[arg(long, env = "TENSORPLUG_BODY_READ_TIMEOUT_MS", default_value_t = ConnectionArgs::DEFAULT_BODY_READ_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=ConnectionArgs::MAX_TIMEOUT_MS))]
+    pub body_read_timeout_ms: u64,
+
+    /// Longest time a kept-alive connection may sit between requests (and a client may
+    /// leave its response unread) before it is closed.
+    #[arg(long, env = "TENSORPLUG_IDLE_TIMEOUT_MS", default_value_t = ConnectionArgs::DEFAULT_IDLE_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=ConnectionArgs::MAX_TIMEOUT_MS))]
+    pub idle_timeout_ms: u64,
+
+    /// Most client connections open at once (lowered at start if the descriptor limit
+    /// cannot hold them plus a reserve); beyond it a connection is answered 503 and closed.
+    #[arg(long, env = "TENSORPLUG_MAX_CONNECTIONS", default_value_t = ConnectionArgs::DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+}
+
+impl ConnectionArgs {
+    pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+    pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 60_000;
+    pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+    pub const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
+    /// Longest accepted timeout (a day): keeps deadline arithmetic far from overflow.
+    pub const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_read_timeout_ms)
+    }
+
+    pub fn body_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.body_read_timeout_ms)
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_timeout_ms)
+    }
+}
+
+impl Default for ConnectionArgs {
+    /// The flags' defaults.
+    fn default() -> Self {
+        Self {
+            header_read_timeout_ms: Self::DEFAULT_HEADER_READ_TIMEOUT_MS,
+            body_read_timeout_ms: Self::DEFAULT_BODY_READ_TIMEOUT_MS,
+            idle_timeout_ms: Self::DEFAULT_IDLE_TIMEOUT_MS,
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+        }
     }
 }

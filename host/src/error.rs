@@ -25,6 +25,10 @@ pub enum ServeError {
     },
     #[error("model '{0}' is not ready")]
     ModelNotReady(String),
+    /// A body the server cannot read as it is: a media type other than JSON (or the
+    /// binary tensor extension's), or a content or transfer coding it does not decode.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     #[error("request body is larger than the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error(transparent)]
@@ -46,6 +50,7 @@ impl ServeError {
             ServeError::Protocol(_) | ServeError::InvalidInput(_) => StatusCode::BAD_REQUEST,
             ServeError::ModelNotFound(_) | ServeError::VersionNotFound { .. } => StatusCode::NOT_FOUND,
             ServeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ServeError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ServeError::ModelNotReady(_) | ServeError::Queue(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ServeError::Unauthorized => StatusCode::UNAUTHORIZED,

@@ -1,5 +1,10 @@
 //! Runs the server: loads the repository, serves REST until the shutdown future
 //! resolves, then drains every in-flight and queued item before returning.
+//!
+//! Shutdown has one deadline, taken when the signal arrives: the watcher stops first (no
+//! reload starts while draining), in-flight requests finish, then every model's queue
+//! empties and its instance threads exit and are joined — all before `grace` has passed
+//! since the signal. What is still running then is dropped.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -7,8 +12,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
+use tokio::time::Instant;
 
-use crate::config::{ModelControl, ServeConfig};
+use crate::config::{ModelControl, RepositoryApi, ServeConfig};
+use crate::http::connections::{self, ConnectionStats, Limits};
 use crate::http::{router, AppState};
 use crate::runtime::Runtime;
 use crate::serving::{watch, Repository};
@@ -19,6 +26,8 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // First, so that model loads get the raised descriptor limit too.
+    let limits = Limits::establish(&config.connections);
     let cache_dir = config.cache.resolved_dir();
     let runtime = Runtime::new(cache_dir.as_deref()).context("starting the wasm runtime")?;
     let repository = Arc::new(Repository::new(&config.repository, runtime));
@@ -32,7 +41,7 @@ pub async fn run(
         // A failure is logged and shown in the index; the other models still serve.
         let _ = repository.load(name).await;
     }
-    let _watch = match config.model_control {
+    let model_watch = match config.model_control {
         ModelControl::Poll => Some(
             watch(repository.clone(), Duration::from_millis(config.watch_debounce_ms))
                 .context("watching the model repository")?,
@@ -40,34 +49,58 @@ pub async fn run(
         ModelControl::Explicit | ModelControl::None => None,
     };
 
+    if config.repository_api == RepositoryApi::Open && config.admin_token.is_none() {
+        tracing::warn!(
+            "--repository-api open without --admin-token: anyone who can reach this port can load and unload models"
+        );
+    }
+    let connection_stats = Arc::new(ConnectionStats::default());
     let state = Arc::new(AppState {
         repository: repository.clone(),
         max_body_bytes: usize::try_from(config.max_body_bytes).unwrap_or(usize::MAX),
         repository_api: config.repository_api,
         model_control: config.model_control,
         admin_token: config.admin_token.clone(),
+        connections: connection_stats.clone(),
     });
     let address = listener.local_addr()?;
     tracing::info!(%address, repository = %config.repository.display(), "serving the Open Inference Protocol over HTTP");
 
-    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let grace = config.shutdown_grace();
+    let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(None::<Instant>);
     let signal = async move {
         shutdown.await;
-        tracing::info!("shutting down: finishing in-flight requests");
-        let _ = stopping_tx.send(());
+        tracing::info!(
+            grace_secs = grace.as_secs(),
+            "shutting down: finishing in-flight requests"
+        );
+        let _ = stopping_tx.send(Some(Instant::now() + grace));
     };
-    let serving = axum::serve(listener, router(state)).with_graceful_shutdown(signal);
-    let serving = async move { serving.await.context("serving HTTP") };
-    tokio::pin!(serving);
-    // Once shutdown starts, in-flight requests get `grace` to finish.
-    tokio::select! {
-        result = &mut serving => result?,
-        _ = async { let _ = stopping_rx.await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(grace_secs = grace.as_secs(), "grace period over; dropping unfinished requests");
-        }
+    // Boxed so it can be dropped (with any request still running) before the drain.
+    let mut serving = Box::pin(connections::serve(
+        listener,
+        router(state),
+        limits,
+        connection_stats,
+        signal,
+    ));
+    let ended_by_itself = tokio::select! {
+        () = &mut serving => true,
+        _ = stopping_rx.wait_for(Option::is_some) => false,
+    };
+    drop(model_watch);
+    let deadline = stopping_rx.borrow().unwrap_or_else(|| Instant::now() + grace);
+    let mut in_time = ended_by_itself || tokio::time::timeout_at(deadline, &mut serving).await.is_ok();
+    // Dropping the server drops whatever request is still running.
+    drop(serving);
+    in_time &= repository.drain(deadline).await;
+    if in_time {
+        tracing::info!("stopped");
+    } else {
+        tracing::warn!(
+            grace_secs = grace.as_secs(),
+            "grace period over; dropped unfinished requests"
+        );
     }
-    repository.drain(grace).await;
-    tracing::info!("stopped");
     Ok(())
 }

@@ -14,11 +14,11 @@ use tensorplug_guest::prelude::*;
 struct FaultyPre;
 
 impl Preprocessor for FaultyPre {
-    fn init(_: Vec<Parameter>) -> Result<(), String> {
-        Ok(())
+    fn init(_: Parameters) -> Result<Self, String> {
+        Ok(FaultyPre)
     }
 
-    fn preprocess(items: Vec<Item>) -> Vec<Result<Item, ItemError>> {
+    fn preprocess(&mut self, items: Vec<Item>) -> Vec<Result<Item, ItemError>> {
         let mut short = false;
         let mut results: Vec<Result<Item, ItemError>> = items
             .into_iter()

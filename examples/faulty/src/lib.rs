@@ -17,27 +17,25 @@
 //! With the parameter `fail_init = "true"`, `init` fails.
 
 use std::hint::black_box;
-use std::sync::OnceLock;
 
 use tensorplug_guest::prelude::*;
 
-/// The multiplier, from the `scale` parameter.
-static SCALE: OnceLock<f32> = OnceLock::new();
-
-struct Faulty;
+struct Faulty {
+    /// The multiplier, from the `scale` parameter.
+    scale: f32,
+}
 
 impl Predictor for Faulty {
-    fn init(parameters: Vec<Parameter>) -> Result<(), String> {
-        let parameters = Parameters::new(parameters);
+    fn init(parameters: Parameters) -> Result<Self, String> {
         if parameters.parse_or("fail_init", false)? {
             return Err("faulty: init failed as configured".into());
         }
         let scale = parameters.parse_or("scale", 2.0)?;
-        SCALE.set(scale).map_err(|_| "faulty: init called twice".to_string())
+        Ok(Faulty { scale })
     }
 
-    fn predict(batch: Vec<Tensor>) -> Result<Prediction, ItemError> {
-        let scale = SCALE.get().copied().unwrap_or(2.0);
+    fn predict(&mut self, batch: Vec<Tensor>) -> Result<Prediction, ItemError> {
+        let scale = self.scale;
         let x = batch.input("x")?;
         x.expect_shape(&[-1, 1])?;
         let n = x.batch_size()?;

@@ -9,7 +9,7 @@ use axum::Json;
 
 use super::AppState;
 use crate::error::ServeError;
-use crate::protocol::{ModelMetadata, ServerMetadata, TensorMetadata};
+use crate::protocol::{clip, ModelMetadata, ServerMetadata, TensorMetadata};
 use crate::serving::Model;
 
 pub async fn server_metadata() -> Json<ServerMetadata> {
@@ -37,12 +37,12 @@ pub fn find_model(state: &AppState, name: &str, version: Option<&str>) -> Result
     let model = state
         .repository
         .get(name)
-        .ok_or_else(|| ServeError::ModelNotFound(name.to_string()))?;
+        .ok_or_else(|| ServeError::ModelNotFound(clip(name).into_owned()))?;
     if let Some(version) = version {
         if version != model.config.version {
             return Err(ServeError::VersionNotFound {
-                model: name.to_string(),
-                version: version.to_string(),
+                model: clip(name).into_owned(),
+                version: clip(version).into_owned(),
                 live: model.config.version.clone(),
             });
         }

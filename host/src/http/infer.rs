@@ -7,16 +7,16 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 
+use super::body::{check_media, decode, read_body};
 use super::health::{find_model, ModelPath};
 use super::response::{self, HEADER_CONTENT_LENGTH};
 use super::AppState;
 use crate::error::ServeError;
 use crate::items::{assemble, split_request, Answer};
 use crate::outcome::ItemOutcome;
-use crate::protocol::{decode_request, encode_multi_status, encode_response, OutputOptions};
+use crate::protocol::{clip, encode_multi_status, encode_response, OutputOptions};
 
 pub async fn infer(
     State(state): State<Arc<AppState>>,
@@ -34,7 +34,8 @@ async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let span = tracing::info_span!("infer", model = %name, id = tracing::field::Empty, items = tracing::field::Empty);
+    let span =
+        tracing::info_span!("infer", model = %clip(&name), id = tracing::field::Empty, items = tracing::field::Empty);
     let result = run(&state, &name, version.as_deref(), &headers, body)
         .instrument(span.clone())
         .await;
@@ -55,13 +56,12 @@ async fn run(
     body: Body,
 ) -> Result<Response, ServeError> {
     let model = find_model(state, name, version)?;
+    check_media(headers)?;
     let body = read_body(body, headers, state.max_body_bytes).await?;
-    let json_len = header_usize(headers, HEADER_CONTENT_LENGTH)?;
-    let request = decode_request(&body, json_len)?;
-    drop(body);
+    let request = decode(body, headers).await?;
     let span = tracing::Span::current();
     if let Some(id) = &request.id {
-        span.record("id", id.as_str());
+        span.record("id", &*clip(id));
     }
 
     let config = &model.config;
@@ -133,30 +133,4 @@ async fn run(
 
 fn header_value(text: &str) -> HeaderValue {
     HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
-}
-
-fn header_usize(headers: &HeaderMap, name: &str) -> Result<Option<usize>, ServeError> {
-    let Some(value) = headers.get(name) else {
-        return Ok(None);
-    };
-    value
-        .to_str()
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .map(Some)
-        .ok_or_else(|| ServeError::InvalidInput(format!("header {name}: {value:?} is not a byte count")))
-}
-
-/// Reads the whole body, refusing (413) as soon as it passes `limit` bytes.
-async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<bytes::Bytes, ServeError> {
-    if let Some(declared) = header_usize(headers, header::CONTENT_LENGTH.as_str())? {
-        if declared > limit {
-            return Err(ServeError::BodyTooLarge { limit });
-        }
-    }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ServeError::BodyTooLarge { limit }),
-        Err(e) => Err(ServeError::InvalidInput(format!("cannot read the request body: {e}"))),
-    }
 }

@@ -1,4 +1,5 @@
-//! `GET /metrics`: Prometheus text exposition of every model's counters.
+//! `GET /metrics`: Prometheus text exposition of every model's counters and of the REST
+//! port's connections.
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 
+use super::connections::ConnectionStats;
 use super::AppState;
 use crate::serving::StatsSnapshot;
 
@@ -67,7 +69,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
             family.name, family.help, family.name, family.kind
         );
         for (name, entry) in &index {
-            if let Some(model) = &entry.model {
+            if let Some(model) = entry.status.model() {
                 let value = (family.read)(&model.stats.snapshot());
                 let _ = writeln!(
                     text,
@@ -83,8 +85,45 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     );
     let _ = writeln!(text, "# TYPE tensorplug_model_ready gauge");
     for (name, entry) in &index {
-        let ready = u8::from(entry.model.is_some());
+        let ready = u8::from(entry.status.model().is_some());
         let _ = writeln!(text, "tensorplug_model_ready{{model=\"{name}\"}} {ready}");
     }
+    write_connections(&mut text, &state.connections);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// The REST port's connection counters (see `http::connections`).
+fn write_connections(text: &mut String, stats: &ConnectionStats) {
+    let single = [
+        (
+            "tensorplug_connections_open",
+            "gauge",
+            "Client connections being served.",
+            stats.open(),
+        ),
+        (
+            "tensorplug_connections_max",
+            "gauge",
+            "Most client connections served at once (--max-connections, lowered to fit the descriptor limit).",
+            stats.max(),
+        ),
+        (
+            "tensorplug_connections_refused_total",
+            "counter",
+            "Connections answered 503 and closed because the connection cap was reached.",
+            stats.refused(),
+        ),
+    ];
+    for (name, kind, help, value) in single {
+        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+    }
+    let name = "tensorplug_connections_timed_out_total";
+    let _ = writeln!(
+        text,
+        "# HELP {name} Connections closed, or requests answered 408, for overstaying a timeout \
+         (header_read, body_read, idle, or write: a response left unread).\n# TYPE {name} counter"
+    );
+    for (timeout, value) in stats.timed_out() {
+        let _ = writeln!(text, "{name}{{timeout=\"{timeout}\"}} {value}");
+    }
 }

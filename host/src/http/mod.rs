@@ -3,6 +3,8 @@
 //! Knows nothing of wasmtime: it decodes requests, asks the repository for the model,
 //! hands items to it and encodes what comes back.
 
+mod body;
+pub mod connections;
 mod health;
 mod infer;
 mod metrics;
@@ -23,12 +25,14 @@ pub struct AppState {
     pub repository: Arc<Repository>,
     /// Largest accepted request body, in bytes (413 beyond).
     pub max_body_bytes: usize,
-    /// Whether `/v2/repository/...` is served.
-    pub repository_api: bool,
+    /// Who may use `/v2/repository/...`.
+    pub repository_api: crate::config::RepositoryApi,
     /// Whether models may be loaded and unloaded while running.
     pub model_control: crate::config::ModelControl,
     /// Bearer token the repository API demands, if any.
     pub admin_token: Option<String>,
+    /// The REST port's connection counters, for `GET /metrics`.
+    pub connections: Arc<connections::ConnectionStats>,
 }
 
 /// The V2 REST routes.

@@ -1,9 +1,11 @@
 //! The repository extension (as Triton's): `POST /v2/repository/index`,
 //! `POST /v2/repository/models/{m}/load` and `/unload`.
 //!
-//! These change what the server serves, so they can be switched off
-//! (`--repository-api false`), are refused under `--model-control none`, and demand
-//! `Authorization: Bearer <token>` when an admin token is set.
+//! Load and unload change what every client is served, so they are refused unless the
+//! server has an admin token (and the caller presents it as `Authorization: Bearer
+//! <token>`) or the operator opened them explicitly (`--repository-api open`); they are
+//! also refused under `--model-control none`. With a token set, the index demands it
+//! too. `--repository-api off` switches every route off.
 
 use std::sync::Arc;
 
@@ -13,14 +15,14 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::AppState;
-use crate::config::ModelControl;
+use crate::config::{ModelControl, RepositoryApi};
 use crate::error::ServeError;
 
-/// Checks the API is on and the caller holds the token.
+/// Checks the API is on and the caller holds the token, if the server has one.
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ServeError> {
-    if !state.repository_api {
+    if state.repository_api == RepositoryApi::Off {
         return Err(ServeError::Forbidden(
-            "the repository API is disabled (--repository-api false)".into(),
+            "the repository API is disabled (--repository-api off)".into(),
         ));
     }
     let Some(token) = &state.admin_token else {
@@ -42,7 +44,15 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Checks that models may change at all, and that this server lets callers change them.
 fn changes_allowed(state: &AppState) -> Result<(), ServeError> {
+    if state.admin_token.is_none() && state.repository_api != RepositoryApi::Open {
+        return Err(ServeError::Forbidden(
+            "loading and unloading models needs an admin token: start the server with --admin-token \
+             (or, on a trusted network only, --repository-api open)"
+                .into(),
+        ));
+    }
     if state.model_control == ModelControl::None {
         return Err(ServeError::Forbidden(
             "models cannot be loaded or unloaded under --model-control none".into(),
@@ -58,12 +68,12 @@ pub async fn index(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Re
     let mut listed: Vec<serde_json::Value> = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for (name, entry) in state.repository.index() {
-        let mut row = serde_json::json!({ "name": name, "state": entry.state });
-        if let Some(model) = &entry.model {
+        let mut row = serde_json::json!({ "name": name, "state": entry.status.state() });
+        if let Some(model) = entry.status.model() {
             row["version"] = model.config.version.clone().into();
         }
-        if let Some(reason) = &entry.reason {
-            row["reason"] = reason.clone().into();
+        if let Some(reason) = entry.status.reason() {
+            row["reason"] = reason.into();
         }
         seen.insert(name);
         listed.push(row);

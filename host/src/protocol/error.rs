@@ -4,6 +4,11 @@
 //! Every variant is a client error (HTTP 400 / gRPC INVALID_ARGUMENT). Messages name the
 //! input (`input 'x'`) when its name is known, else its position (`inputs[2]`).
 
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
+
+use super::limits::QUOTE_LIMIT;
 use crate::tensor::{DataType, TensorError};
 
 /// Why a V2 request body was rejected.
@@ -98,6 +103,27 @@ pub enum ProtocolError {
     /// classification).
     #[error("{at}: parameter \"{parameter}\" is not supported")]
     Unsupported { at: String, parameter: String },
+    /// The body is not UTF-8, which JSON must be.
+    #[error("the request body is not valid UTF-8 (first bad byte at offset {offset})")]
+    InvalidUtf8 { offset: usize },
+    /// More entries than [`super::limits`] allows; `what` names them (`inputs`, ...).
+    #[error("{at}: more than {limit} {what}")]
+    TooMany {
+        at: String,
+        what: &'static str,
+        limit: usize,
+    },
+    /// A string longer than [`super::limits`] allows.
+    #[error("{at}: {what} is {len} bytes, more than the limit of {limit}")]
+    TooLong {
+        at: String,
+        what: &'static str,
+        len: usize,
+        limit: usize,
+    },
+    /// The same parameter twice in one `parameters` object.
+    #[error("{at}: parameter {name} appears more than once")]
+    DuplicateParameter { at: String, name: String },
     /// A tensor failed [`crate::tensor::Tensor::validate`] (not expected after the checks
     /// above; kept so no inconsistent tensor can slip through).
     #[error("input {0}")]
@@ -123,8 +149,14 @@ impl ProtocolError {
     }
 }
 
-/// Longest rendering of a client's value that a message quotes, in characters.
-const QUOTE_LIMIT: usize = 48;
+/// Cuts a client's text to [`QUOTE_LIMIT`] characters, marking the cut with `...`, for
+/// quoting in a message or a log line.
+pub fn clip(text: &str) -> Cow<'_, str> {
+    match text.char_indices().nth(QUOTE_LIMIT) {
+        Some((at, _)) => Cow::Owned(format!("{}...", &text[..at])),
+        None => Cow::Borrowed(text),
+    }
+}
 
 /// Renders a string as a JSON string literal, shortened to [`QUOTE_LIMIT`] characters.
 pub(crate) fn render_str(s: &str) -> String {
@@ -139,22 +171,19 @@ pub(crate) fn render_str(s: &str) -> String {
     out
 }
 
+/// Renders a client's raw JSON value for a message: a short string as its literal, any
+/// other value as written, both cut to [`QUOTE_LIMIT`] characters.
+pub(crate) fn render_raw(raw: &RawValue) -> String {
+    let text = raw.get();
+    if text.starts_with('"') && text.len() <= 8 * QUOTE_LIMIT {
+        if let Ok(s) = serde_json::from_str::<String>(text) {
+            return render_str(&s);
+        }
+    }
+    clip(text).into_owned()
+}
+
 /// Renders a float the way JSON would print it (`1e39`, `0.5`).
 pub(crate) fn render_f64(v: f64) -> String {
     serde_json::to_string(&v).unwrap_or_else(|_| v.to_string())
-}
-
-/// Renders any JSON value for a message, shortened if long.
-pub(crate) fn render_value(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::String(s) => render_str(s),
-        other => {
-            let mut text = other.to_string();
-            if let Some((at, _)) = text.char_indices().nth(QUOTE_LIMIT) {
-                text.truncate(at);
-                text.push_str("...");
-            }
-            text
-        }
-    }
 }

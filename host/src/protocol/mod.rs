@@ -7,19 +7,23 @@
 //! - [`encode_response`], [`encode_multi_status`], [`encode_error`]: response bodies.
 //! - [`ServerMetadata`], [`ModelMetadata`]: metadata bodies.
 //!
-//! Layout: `error` (the error type), `parse` (streaming JSON structure), `data` (JSON
+//! Layout: `error` (the error type), `limits` (caps on a request's contents),
+//! `parameters` (typed `parameters` objects), `parse` (streaming JSON structure), `data` (JSON
 //! `data` → tensor bytes), `request` (validation, binary data), `tensor_json` (one output
 //! as JSON), `response` (response bodies), `metadata`.
 
 mod data;
 mod error;
+pub mod limits;
 mod metadata;
+mod parameters;
 mod parse;
 mod request;
 mod response;
 mod tensor_json;
 
-pub use error::ProtocolError;
+pub use error::{clip, ProtocolError};
 pub use metadata::{ModelMetadata, ServerMetadata, TensorMetadata};
+pub use parameters::{ParameterValue, Parameters};
 pub use request::{decode_request, InferRequest, RequestedOutput};
 pub use response::{encode_error, encode_multi_status, encode_response, EncodedResponse, OutputOptions};

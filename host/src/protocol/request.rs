@@ -10,16 +10,27 @@
 //! against the shape (row-major order is assumed, nesting is not checked against the
 //! shape). Integer datatypes accept any JSON number with an integral value in range
 //! (`3` or `3.0`); BOOL accepts `true`/`false`; BYTES accepts strings (stored as their
-//! UTF-8 bytes). Unknown fields and unknown input parameters are ignored.
+//! UTF-8 bytes). Unknown fields and unknown parameters are ignored.
+//!
+//! Memory: the JSON is read in one streaming pass (see [`super::parse`]); client fields
+//! are read from their raw text into typed values under the caps of [`super::limits`];
+//! no buffer is reserved beyond what the body's bytes can fill. What a request holds
+//! while it decodes is therefore its body, its decoded tensors (at most 4 bytes of
+//! tensor per byte of JSON text, for 8-byte datatypes written as `1,`), and a bounded
+//! amount per input.
 
 use std::collections::HashSet;
+use std::fmt;
 
-use serde::de::DeserializeSeed;
-use serde_json::{Map, Value};
+use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::Number;
 
 use super::data::{DataSeed, DataState};
-use super::error::{render_value, ProtocolError};
-use super::parse::{self, RawBody, RawData, RawFields, RawInput, RawInputs};
+use super::error::{render_raw, ProtocolError};
+use super::limits::{MAX_DIMS, MAX_ID_BYTES, MAX_NAME_BYTES, MAX_OUTPUTS, MAX_PARAMETERS, MAX_PARAMETER_STRING_BYTES};
+use super::parameters::{ParameterValue, Parameters};
+use super::parse::{self, known_datatype, RawBody, RawData, RawFields, RawInput, RawInputs, Skip};
 use crate::tensor::{bytes_element_offsets, element_count, DataType, Tensor};
 
 /// Parameters of the shared-memory and classification extensions, which are not supported
@@ -40,7 +51,7 @@ pub struct InferRequest {
     /// Requested outputs, in request order, with unique names (empty: all outputs).
     pub outputs: Vec<RequestedOutput>,
     /// Request-level parameters (`timeout`, `binary_data_output`, ...), as sent.
-    pub parameters: Map<String, Value>,
+    pub parameters: Parameters,
 }
 
 /// One entry of the request's `outputs`.
@@ -56,11 +67,12 @@ impl InferRequest {
     pub fn timeout_us(&self) -> Result<Option<u64>, ProtocolError> {
         match self.parameters.get("timeout") {
             None => Ok(None),
-            Some(v) => v.as_u64().map(Some).ok_or_else(|| ProtocolError::WrongType {
+            Some(ParameterValue::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
+            Some(other) => Err(ProtocolError::WrongType {
                 at: String::from("request"),
                 what: String::from("parameter \"timeout\""),
                 expected: "a non-negative integer (microseconds)",
-                found: render_value(v),
+                found: render_parameter(other),
             }),
         }
     }
@@ -78,10 +90,10 @@ impl InferRequest {
 
     /// The request's `parameters.binary_data_output` (`false` if absent).
     pub fn binary_output_default(&self) -> bool {
-        self.parameters
-            .get("binary_data_output")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
+        matches!(
+            self.parameters.get("binary_data_output"),
+            Some(ParameterValue::Bool(true))
+        )
     }
 }
 
@@ -97,9 +109,21 @@ pub fn decode_request(body: &[u8], json_header_len: Option<usize>) -> Result<Inf
             body_len: body.len(),
         })?,
     };
+    // Checked once up front (fast), so no string anywhere in the JSON, read or skipped,
+    // can smuggle invalid UTF-8 through.
+    let json = std::str::from_utf8(json).map_err(|e| ProtocolError::InvalidUtf8 {
+        offset: e.valid_up_to(),
+    })?;
     let raw = match parse::parse(json)? {
         RawBody::Request(raw) => raw,
-        RawBody::NotObject(found) => return Err(wrong_type("request", "the body", "a JSON object", found)),
+        RawBody::NotObject(found) => {
+            let found = if found.get().starts_with('[') {
+                String::from("an array")
+            } else {
+                render_raw(found)
+            };
+            return Err(wrong_type("request", "the body", "a JSON object", found));
+        }
     };
     if let Some(field) = raw.duplicate {
         return Err(ProtocolError::DuplicateField {
@@ -107,19 +131,18 @@ pub fn decode_request(body: &[u8], json_header_len: Option<usize>) -> Result<Inf
             field,
         });
     }
-    let id = match raw.id {
-        None => None,
-        Some(Value::String(id)) => Some(id),
-        Some(other) => return Err(wrong_type("request", "\"id\"", "a string", render_value(&other))),
-    };
-    let parameters = object(raw.parameters, "request", "\"parameters\"")?;
+    let id = raw
+        .id
+        .map(|id| read_string(id, MAX_ID_BYTES, "request", "\"id\""))
+        .transpose()?;
+    let parameters = read_parameters(raw.parameters, "request")?;
     if let Some(v) = parameters.get("binary_data_output") {
-        if !v.is_boolean() {
+        if !matches!(v, ParameterValue::Bool(_)) {
             return Err(wrong_type(
                 "request",
                 "parameters.binary_data_output",
                 "true or false",
-                render_value(v),
+                render_parameter(v),
             ));
         }
     }
@@ -173,38 +196,175 @@ fn wrong_type(at: &str, what: &str, expected: &'static str, found: String) -> Pr
     }
 }
 
-/// An optional JSON object field (absent: empty).
-fn object(value: Option<Value>, at: &str, what: &str) -> Result<Map<String, Value>, ProtocolError> {
+/// A JSON string of at most `limit` bytes, read from its raw text.
+fn read_string(raw: &RawValue, limit: usize, at: &str, what: &'static str) -> Result<String, ProtocolError> {
+    let text = raw.get();
+    if !text.starts_with('"') {
+        return Err(wrong_type(at, what, "a string", render_raw(raw)));
+    }
+    let too_long = |len| ProtocolError::TooLong {
+        at: at.to_owned(),
+        what,
+        len,
+        limit,
+    };
+    // An escape (`\u00e9`) is at most six characters of text for every byte it stands
+    // for, so text this long holds more than `limit` bytes: refuse before decoding it.
+    let written = text.len() - 2;
+    if written > limit.saturating_mul(6) {
+        return Err(too_long(written));
+    }
+    let value: String = serde_json::from_str(text).map_err(|e| ProtocolError::json(&e))?;
+    if value.len() > limit {
+        return Err(too_long(value.len()));
+    }
+    Ok(value)
+}
+
+/// Renders a parameter's value for a message.
+fn render_parameter(value: &ParameterValue) -> String {
     match value {
-        None => Ok(Map::new()),
-        Some(Value::Object(map)) => Ok(map),
-        Some(other) => Err(wrong_type(at, what, "a JSON object", render_value(&other))),
+        ParameterValue::Null => String::from("null"),
+        ParameterValue::Bool(b) => b.to_string(),
+        ParameterValue::Number(n) => n.to_string(),
+        ParameterValue::String(s) => super::error::render_str(s),
+        ParameterValue::Structured => String::from("an array or object"),
     }
 }
 
+/// Reads a JSON value of a kind the caller checked, reporting a malformed one as JSON.
+fn typed<'de, T: serde::Deserialize<'de>>(raw: &'de RawValue) -> Result<T, ProtocolError> {
+    serde_json::from_str(raw.get()).map_err(|e| ProtocolError::json(&e))
+}
+
+/// Walks an array or object the client nested somewhere it is not read, so the parser's
+/// depth limit holds there too.
+fn check_nesting(raw: &RawValue) -> Result<(), ProtocolError> {
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    Skip.deserialize(&mut de).map_err(|e| ProtocolError::json(&e))
+}
+
+/// A parameter's value from its raw text.
+fn parameter_value(raw: &RawValue, at: &str) -> Result<ParameterValue, ProtocolError> {
+    let text = raw.get();
+    Ok(match text.as_bytes().first() {
+        Some(b'"') => ParameterValue::String(read_string(raw, MAX_PARAMETER_STRING_BYTES, at, "a parameter value")?),
+        Some(b't' | b'f') => ParameterValue::Bool(typed(raw)?),
+        Some(b'n') => ParameterValue::Null,
+        Some(b'[' | b'{') => {
+            check_nesting(raw)?;
+            ParameterValue::Structured
+        }
+        _ => ParameterValue::Number(typed::<Number>(raw)?),
+    })
+}
+
+/// The fields of a JSON object, as raw values, at most `limit` of them, with names of at
+/// most [`MAX_NAME_BYTES`]; `None` when the value is not an object.
+fn object_fields<'de>(
+    raw: &'de RawValue,
+    at: &str,
+    limit: usize,
+) -> Result<Option<Vec<(String, &'de RawValue)>>, ProtocolError> {
+    if !raw.get().starts_with('{') {
+        return Ok(None);
+    }
+    let mut refused = None;
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    let fields = de
+        .deserialize_map(Fields {
+            limit,
+            at,
+            refused: &mut refused,
+        })
+        .map_err(|e| refused.take().unwrap_or_else(|| ProtocolError::json(&e)))?;
+    Ok(Some(fields))
+}
+
+struct Fields<'a> {
+    limit: usize,
+    at: &'a str,
+    refused: &'a mut Option<ProtocolError>,
+}
+
+impl<'de> Visitor<'de> for Fields<'_> {
+    type Value = Vec<(String, &'de RawValue)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut fields: Vec<(String, &'de RawValue)> = Vec::new();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if fields.len() == self.limit {
+                *self.refused = Some(ProtocolError::TooMany {
+                    at: self.at.to_owned(),
+                    what: "fields or parameters",
+                    limit: self.limit,
+                });
+                return Err(A::Error::custom("too many fields"));
+            }
+            if key.len() > MAX_NAME_BYTES {
+                *self.refused = Some(ProtocolError::TooLong {
+                    at: self.at.to_owned(),
+                    what: "a field or parameter name",
+                    len: key.len(),
+                    limit: MAX_NAME_BYTES,
+                });
+                return Err(A::Error::custom("name too long"));
+            }
+            let value: &'de RawValue = map.next_value()?;
+            fields.push((key.into_owned(), value));
+        }
+        Ok(fields)
+    }
+}
+
+/// An optional `parameters` object (absent: empty).
+fn read_parameters(raw: Option<&RawValue>, at: &str) -> Result<Parameters, ProtocolError> {
+    let Some(raw) = raw else {
+        return Ok(Parameters::default());
+    };
+    let Some(fields) = object_fields(raw, at, MAX_PARAMETERS)? else {
+        return Err(wrong_type(at, "\"parameters\"", "a JSON object", render_raw(raw)));
+    };
+    let mut parameters = Vec::with_capacity(fields.len());
+    for (name, value) in fields {
+        if parameters.iter().any(|(n, _)| *n == name) {
+            return Err(ProtocolError::DuplicateParameter {
+                at: at.to_owned(),
+                name: super::error::render_str(&name),
+            });
+        }
+        let value = parameter_value(value, at)?;
+        parameters.push((name, value));
+    }
+    Ok(Parameters(parameters))
+}
+
 /// The `name` field of `inputs[i]` / `outputs[i]`.
-fn name_of(value: Option<Value>, position: &str) -> Result<String, ProtocolError> {
+fn name_of(value: Option<&RawValue>, position: &str) -> Result<String, ProtocolError> {
     match value {
-        Some(Value::String(name)) => Ok(name),
+        Some(raw) => read_string(raw, MAX_NAME_BYTES, position, "\"name\""),
         None => Err(ProtocolError::MissingField {
             at: position.to_owned(),
             field: "\"name\"",
         }),
-        Some(other) => Err(wrong_type(position, "\"name\"", "a string", render_value(&other))),
     }
 }
 
-fn reject_unsupported(parameters: &Map<String, Value>, at: &str) -> Result<(), ProtocolError> {
-    match UNSUPPORTED_PARAMETERS.iter().find(|p| parameters.contains_key(**p)) {
+fn reject_unsupported(parameters: &Parameters, at: &str) -> Result<(), ProtocolError> {
+    match parameters.first_of(&UNSUPPORTED_PARAMETERS) {
         Some(parameter) => Err(ProtocolError::Unsupported {
             at: at.to_owned(),
-            parameter: (*parameter).to_owned(),
+            parameter: parameter.to_owned(),
         }),
         None => Ok(()),
     }
 }
 
-fn convert_input(index: usize, raw: RawInput, has_binary: bool) -> Result<PendingInput, ProtocolError> {
+fn convert_input(index: usize, raw: RawInput<'_>, has_binary: bool) -> Result<PendingInput, ProtocolError> {
     let position = format!("inputs[{index}]");
     let fields: RawFields = match raw {
         RawInput::Object(fields) => fields,
@@ -221,25 +381,26 @@ fn convert_input(index: usize, raw: RawInput, has_binary: bool) -> Result<Pendin
             field: "\"datatype\"",
         });
     };
-    let Some(datatype) = datatype_value.as_str().and_then(DataType::parse) else {
+    let Some(datatype) = known_datatype(datatype_value.get()) else {
         return Err(ProtocolError::UnknownDatatype {
             name,
-            found: render_value(&datatype_value),
+            found: render_raw(datatype_value),
         });
     };
     let shape = shape_of(fields.shape, &name, &at)?;
-    let parameters = object(fields.parameters, &at, "\"parameters\"")?;
+    let parameters = read_parameters(fields.parameters, &at)?;
     reject_unsupported(&parameters, &at)?;
     let binary_size = match parameters.get("binary_data_size") {
         None => None,
-        Some(v) => Some(v.as_u64().ok_or_else(|| {
-            wrong_type(
+        Some(ParameterValue::Number(n)) if n.as_u64().is_some() => n.as_u64(),
+        Some(other) => {
+            return Err(wrong_type(
                 &at,
                 "parameters.binary_data_size",
                 "a non-negative integer",
-                render_value(v),
-            )
-        })?),
+                render_parameter(other),
+            ))
+        }
     };
 
     let data = match (binary_size, fields.data) {
@@ -259,13 +420,16 @@ fn convert_input(index: usize, raw: RawInput, has_binary: bool) -> Result<Pendin
             // Only happens for an invalid datatype, which was rejected above.
             return Err(ProtocolError::UnknownDatatype {
                 name,
-                found: render_value(&datatype_value),
+                found: render_raw(datatype_value),
             });
         }
         (None, RawData::Buffered(value)) => {
+            // The data came before the datatype: decoded now, from its text in the body,
+            // with nothing reserved ahead.
             let mut state = DataState::new(datatype, 0);
+            let mut de = serde_json::Deserializer::from_str(value.get());
             DataSeed(&mut state)
-                .deserialize(value)
+                .deserialize(&mut de)
                 .map_err(|e| ProtocolError::json(&e))?;
             json_data(&name, datatype, &shape, state)?
         }
@@ -282,33 +446,79 @@ fn convert_input(index: usize, raw: RawInput, has_binary: bool) -> Result<Pendin
     })
 }
 
-/// Validates `shape`: present, an array of non-negative integers.
-fn shape_of(value: Option<Value>, name: &str, at: &str) -> Result<Vec<u64>, ProtocolError> {
+/// The elements of a JSON array, as raw values, at most `limit` of them; `None` when
+/// the value is not an array.
+fn array_elements<'de>(
+    raw: &'de RawValue,
+    at: &str,
+    what: &'static str,
+    limit: usize,
+) -> Result<Option<Vec<&'de RawValue>>, ProtocolError> {
+    if !raw.get().starts_with('[') {
+        return Ok(None);
+    }
+    let mut refused = None;
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    let elements = de
+        .deserialize_seq(Elements {
+            limit,
+            at,
+            what,
+            refused: &mut refused,
+        })
+        .map_err(|e| refused.take().unwrap_or_else(|| ProtocolError::json(&e)))?;
+    Ok(Some(elements))
+}
+
+struct Elements<'a> {
+    limit: usize,
+    at: &'a str,
+    what: &'static str,
+    refused: &'a mut Option<ProtocolError>,
+}
+
+impl<'de> Visitor<'de> for Elements<'_> {
+    type Value = Vec<&'de RawValue>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON array")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut elements = Vec::new();
+        while let Some(element) = seq.next_element::<&'de RawValue>()? {
+            if elements.len() == self.limit {
+                *self.refused = Some(ProtocolError::TooMany {
+                    at: self.at.to_owned(),
+                    what: self.what,
+                    limit: self.limit,
+                });
+                return Err(A::Error::custom("too many elements"));
+            }
+            elements.push(element);
+        }
+        Ok(elements)
+    }
+}
+
+/// Validates `shape`: present, an array of at most [`MAX_DIMS`] non-negative integers.
+fn shape_of(value: Option<&RawValue>, name: &str, at: &str) -> Result<Vec<u64>, ProtocolError> {
     let Some(value) = value else {
         return Err(ProtocolError::MissingField {
             at: at.to_owned(),
             field: "\"shape\"",
         });
     };
-    let not_integers = || {
-        wrong_type(
-            at,
-            "\"shape\"",
-            "an array of non-negative integers",
-            render_value(&value),
-        )
-    };
-    let Some(dims) = value.as_array() else {
+    let not_integers = || wrong_type(at, "\"shape\"", "an array of non-negative integers", render_raw(value));
+    let Some(dims) = array_elements(value, at, "shape dimensions", MAX_DIMS)? else {
         return Err(not_integers());
     };
     let mut signed = Vec::with_capacity(dims.len());
     for d in dims {
-        let d = match (d.as_u64(), d.as_i64()) {
-            (Some(u), _) => i128::from(u),
-            (None, Some(i)) => i128::from(i),
-            (None, None) => return Err(not_integers()),
-        };
-        signed.push(d);
+        match serde_json::from_str::<i128>(d.get()) {
+            Ok(d) if d <= i128::from(u64::MAX) && d >= i128::from(i64::MIN) => signed.push(d),
+            _ => return Err(not_integers()),
+        }
     }
     if let Some(&dim) = signed.iter().find(|d| **d < 0) {
         return Err(ProtocolError::NegativeDimension {
@@ -419,37 +629,44 @@ fn attach_binary(inputs: &mut [PendingInput], binary: &[u8]) -> Result<(), Proto
 }
 
 /// Validates the request's `outputs` list.
-fn convert_outputs(value: Option<Value>) -> Result<Vec<RequestedOutput>, ProtocolError> {
-    let items = match value {
-        None => return Ok(Vec::new()),
-        Some(Value::Array(items)) => items,
-        Some(other) => return Err(wrong_type("request", "\"outputs\"", "an array", render_value(&other))),
+fn convert_outputs(value: Option<&RawValue>) -> Result<Vec<RequestedOutput>, ProtocolError> {
+    let Some(value) = value else {
+        return Ok(Vec::new());
+    };
+    let Some(items) = array_elements(value, "request", "requested outputs", MAX_OUTPUTS)? else {
+        return Err(wrong_type("request", "\"outputs\"", "an array", render_raw(value)));
     };
     let mut outputs: Vec<RequestedOutput> = Vec::with_capacity(items.len());
     let mut names = HashSet::with_capacity(items.len());
     for (index, item) in items.into_iter().enumerate() {
         let position = format!("outputs[{index}]");
-        let Value::Object(mut fields) = item else {
+        let Some(fields) = object_fields(item, &position, MAX_PARAMETERS)? else {
             return Err(wrong_type(
                 &position,
                 "each requested output",
                 "a JSON object",
-                render_value(&item),
+                render_raw(item),
             ));
         };
-        let name = name_of(fields.remove("name"), &position)?;
+        let field = |key: &str| fields.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
+        for (key, value) in &fields {
+            if key != "name" && key != "parameters" && matches!(value.get().as_bytes().first(), Some(b'[' | b'{')) {
+                check_nesting(value)?;
+            }
+        }
+        let name = name_of(field("name"), &position)?;
         let at = format!("output '{name}'");
-        let parameters = object(fields.remove("parameters"), &at, "\"parameters\"")?;
+        let parameters = read_parameters(field("parameters"), &at)?;
         reject_unsupported(&parameters, &at)?;
         let binary_data = match parameters.get("binary_data") {
             None => None,
-            Some(Value::Bool(b)) => Some(*b),
+            Some(ParameterValue::Bool(b)) => Some(*b),
             Some(other) => {
                 return Err(wrong_type(
                     &at,
                     "parameters.binary_data",
                     "true or false",
-                    render_value(other),
+                    render_parameter(other),
                 ))
             }
         };

@@ -4,6 +4,7 @@ use half::f16;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::protocol::ParameterValue;
 use crate::protocol::{encode_response, OutputOptions};
 use crate::tensor::push_bytes_element;
 
@@ -647,7 +648,9 @@ fn request_parameters_helpers() {
     assert!(!request.binary_output("z"));
     assert!(request.parameters.is_empty());
     let request = decode(r#"{"inputs":[],"parameters":{"custom":{"k":1}}}"#).unwrap();
-    assert_eq!(request.parameters.get("custom"), Some(&json!({"k": 1})));
+    // Structured values are accepted (clients send them for their own bookkeeping) but
+    // not kept.
+    assert_eq!(request.parameters.get("custom"), Some(&ParameterValue::Structured));
 }
 
 #[test]
@@ -755,4 +758,123 @@ fn every_finite_fp16_round_trips_through_json() {
     let body: Value = serde_json::from_slice(&response.body).unwrap();
     let request = decode_value(json!({"inputs": body["outputs"]})).unwrap();
     assert!(request.inputs[0] == output, "FP16 values changed through JSON");
+}
+
+/// Caps of `super::limits`, each refused with a message that names it, before anything
+/// large is allocated.
+#[test]
+fn requests_beyond_the_caps_are_refused() {
+    use crate::protocol::limits::*;
+    let input = |name: &str| json!({"name": name, "shape": [1], "datatype": "BOOL", "data": [true]});
+    let many: Vec<Value> = (0..=MAX_INPUTS).map(|i| input(&format!("x{i}"))).collect();
+    assert_eq!(
+        err_value(json!({ "inputs": many })),
+        format!("request: more than {MAX_INPUTS} inputs")
+    );
+    let long = "n".repeat(MAX_NAME_BYTES + 1);
+    assert_eq!(
+        err_value(json!({ "inputs": [input(&long)] })),
+        format!(
+            "inputs[0]: \"name\" is {} bytes, more than the limit of {MAX_NAME_BYTES}",
+            MAX_NAME_BYTES + 1
+        )
+    );
+    let id = "i".repeat(1 << 20);
+    let message = err_value(json!({ "id": id, "inputs": [] }));
+    assert!(message.starts_with("request: \"id\" is 1048576 bytes"), "{message}");
+    let parameters: serde_json::Map<String, Value> =
+        (0..=MAX_PARAMETERS).map(|i| (format!("p{i}"), json!(i))).collect();
+    assert_eq!(
+        err_value(json!({ "inputs": [], "parameters": parameters })),
+        format!("request: more than {MAX_PARAMETERS} fields or parameters")
+    );
+    let outputs: Vec<Value> = (0..=MAX_OUTPUTS).map(|i| json!({"name": format!("y{i}")})).collect();
+    assert_eq!(
+        err_value(json!({ "inputs": [], "outputs": outputs })),
+        format!("request: more than {MAX_OUTPUTS} requested outputs")
+    );
+    let shape = vec![1; MAX_DIMS + 1];
+    assert_eq!(
+        err_value(one_input("BOOL", json!(shape), json!([true]))),
+        format!("input 'x': more than {MAX_DIMS} shape dimensions")
+    );
+}
+
+#[test]
+fn invalid_utf8_and_deep_nesting_are_refused_anywhere() {
+    let mut body = br#"{"inputs":[],"extra":"ok"#.to_vec();
+    body.extend_from_slice(&[0xff, 0xfe]);
+    body.extend_from_slice(br#""}"#);
+    assert_eq!(
+        decode_request(&body, None).unwrap_err(),
+        ProtocolError::InvalidUtf8 { offset: 24 }
+    );
+    let deep = format!(
+        r#"{{"inputs":[],"extra":{}{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    assert!(err(&deep).contains("recursion limit"), "{}", err(&deep));
+    let deep_parameter = format!(
+        r#"{{"inputs":[],"parameters":{{"p":{}{}}}}}"#,
+        "[".repeat(1000),
+        "]".repeat(1000)
+    );
+    assert!(err(&deep_parameter).contains("recursion limit"));
+}
+
+#[test]
+fn key_order_does_not_change_the_answer() {
+    let usual = decode(r#"{"id":"a","inputs":[{"name":"x","shape":[2],"datatype":"INT32","data":[1,2]}]}"#).unwrap();
+    let reversed = decode(r#"{"inputs":[{"data":[1,2],"datatype":"INT32","shape":[2],"name":"x"}],"id":"a"}"#).unwrap();
+    assert_eq!(usual, reversed);
+}
+
+#[test]
+fn declared_shapes_reserve_nothing_beyond_what_the_body_holds() {
+    // Many inputs, each declaring a huge shape and holding one element: before the fix
+    // each reserved up to half the body's length in elements, quadratic in the body.
+    let inputs: Vec<Value> = (0..1000)
+        .map(|i| json!({"name": format!("x{i}"), "shape": [100_000_000], "datatype": "FP64", "data": [1]}))
+        .collect();
+    let message = err_value(json!({ "inputs": inputs }));
+    assert!(message.contains("needs 100000000 FP64 values, got 1"), "{message}");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config { cases: 2000, failure_persistence: None, ..Default::default() })]
+
+    /// Whatever bytes arrive, decoding answers (never panics), and what it accepts is
+    /// consistent: every tensor's bytes match its shape and datatype.
+    #[test]
+    fn decoding_never_panics_on_mutated_requests(
+        edits in proptest::collection::vec((0usize..400, proptest::prelude::any::<u8>(), 0usize..3), 1..6),
+        header_len in proptest::option::of(0usize..400),
+    ) {
+        let good = json!({
+            "id": "r", "parameters": {"binary_data_output": false},
+            "inputs": [
+                {"name": "a", "datatype": "FP16", "shape": [2, 2], "data": [[1, 2], [3.5, -4]]},
+                {"data": ["x", "yz"], "datatype": "BYTES", "shape": [2], "name": "s"}
+            ],
+            "outputs": [{"name": "y", "parameters": {"binary_data": true}}]
+        });
+        let mut body = good.to_string().into_bytes();
+        for (at, byte, kind) in edits {
+            let at = at % (body.len() + 1);
+            match kind {
+                0 if at < body.len() => body[at] = byte,
+                1 => body.insert(at, byte),
+                _ if at < body.len() => {
+                    body.remove(at);
+                }
+                _ => {}
+            }
+        }
+        if let Ok(request) = decode_request(&body, header_len) {
+            for tensor in &request.inputs {
+                proptest::prop_assert!(tensor.validate().is_ok());
+            }
+        }
+    }
 }

@@ -188,3 +188,154 @@ fn drain_ready(receiver: &mut mpsc::UnboundedReceiver<QueuedItem>, batch: &mut V
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::{DataType, Tensor};
+
+    struct Harness {
+        handle: BatcherHandle,
+        jobs: crossbeam_channel::Receiver<Job>,
+        stats: Arc<ModelStats>,
+    }
+
+    /// A batcher with `instances` idle instances and the given policy.
+    fn batcher(instances: usize, max_batch_size: usize, max_queue_delay: Duration, max_queue_size: usize) -> Harness {
+        let (jobs_tx, jobs) = crossbeam_channel::unbounded();
+        let stats = Arc::new(ModelStats::default());
+        let policy = BatchPolicy {
+            max_batch_size,
+            max_queue_delay,
+            max_queue_size,
+        };
+        let handle = BatcherHandle::spawn(
+            "m".into(),
+            policy,
+            Arc::new(Semaphore::new(instances)),
+            jobs_tx,
+            stats.clone(),
+        );
+        Harness { handle, jobs, stats }
+    }
+
+    fn item(marker: u8) -> Item {
+        vec![Tensor {
+            name: "x".into(),
+            datatype: DataType::Uint8,
+            shape: vec![1],
+            data: vec![marker],
+        }]
+    }
+
+    fn markers(job: &Job) -> Vec<u8> {
+        job.items.iter().map(|(item, _)| item[0].data[0]).collect()
+    }
+
+    /// The next batch handed to the instances, if one comes within `within` (of the
+    /// paused clock, which jumps ahead whenever every task is idle).
+    async fn next_job(jobs: &crossbeam_channel::Receiver<Job>, within: Duration) -> Option<Job> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(job) = jobs.try_recv() {
+                return Some(job);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_micros(100)).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_item_is_not_held_back() {
+        let h = batcher(1, 8, Duration::ZERO, 64);
+        let started = Instant::now();
+        let _reply = h.handle.submit(vec![item(1)]).unwrap();
+        let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a batch");
+        assert_eq!(markers(&job), vec![1]);
+        assert!(started.elapsed() < Duration::from_millis(2), "{:?}", started.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batches_grow_while_every_instance_is_busy() {
+        let h = batcher(1, 4, Duration::ZERO, 64);
+        let _first = h.handle.submit(vec![item(0)]).unwrap();
+        let busy = next_job(&h.jobs, Duration::from_secs(1)).await.expect("first batch");
+        let _waiting: Vec<_> = (1..=6).map(|m| h.handle.submit(vec![item(m)]).unwrap()).collect();
+        assert!(
+            next_job(&h.jobs, Duration::from_millis(50)).await.is_none(),
+            "no instance is free"
+        );
+        drop(busy); // the instance is done: its permit returns
+        let second = next_job(&h.jobs, Duration::from_secs(1)).await.expect("second batch");
+        assert_eq!(
+            markers(&second),
+            vec![1, 2, 3, 4],
+            "the queue fills the batch up to max_batch_size"
+        );
+        drop(second);
+        let third = next_job(&h.jobs, Duration::from_secs(1)).await.expect("third batch");
+        assert_eq!(markers(&third), vec![5, 6]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_free_instance_waits_max_queue_delay_for_a_fuller_batch() {
+        let h = batcher(1, 4, Duration::from_millis(10), 64);
+        let started = Instant::now();
+        let _one = h.handle.submit(vec![item(1)]).unwrap();
+        let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a batch");
+        let waited = started.elapsed();
+        assert_eq!(markers(&job), vec![1]);
+        assert!(
+            waited >= Duration::from_millis(10) && waited < Duration::from_millis(13),
+            "{waited:?}"
+        );
+        drop(job);
+        // A full batch does not wait.
+        let started = Instant::now();
+        let _four: Vec<_> = (1..=4).map(|m| h.handle.submit(vec![item(m)]).unwrap()).collect();
+        let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a full batch");
+        assert_eq!(job.items.len(), 4);
+        assert!(started.elapsed() < Duration::from_millis(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn items_whose_client_has_gone_are_skipped() {
+        let h = batcher(1, 8, Duration::ZERO, 64);
+        let _first = h.handle.submit(vec![item(0)]).unwrap();
+        let busy = next_job(&h.jobs, Duration::from_secs(1)).await.expect("first batch");
+        let kept = h.handle.submit(vec![item(1)]).unwrap();
+        let gone = h.handle.submit(vec![item(2), item(3)]).unwrap();
+        drop(gone); // that client hung up while its items waited
+        drop(busy);
+        let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("second batch");
+        assert_eq!(markers(&job), vec![1]);
+        assert_eq!(h.stats.items_abandoned.load(Ordering::Relaxed), 2);
+        drop(kept);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_refuses_whole_requests() {
+        let h = batcher(1, 2, Duration::ZERO, 4);
+        let _first = h.handle.submit(vec![item(0)]).unwrap();
+        let busy = next_job(&h.jobs, Duration::from_secs(1)).await.expect("first batch");
+        let _three = h.handle.submit(vec![item(1), item(2), item(3)]).unwrap();
+        let refused = h.handle.submit(vec![item(4), item(5)]);
+        assert_eq!(
+            refused.err(),
+            Some(SubmitError::QueueFull {
+                model: "m".into(),
+                capacity: 4
+            })
+        );
+        // None of the refused request's items were queued; one more fits.
+        let _one = h.handle.submit(vec![item(6)]).unwrap();
+        assert!(h.handle.submit(vec![item(7)]).is_err());
+        drop(busy);
+        let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("second batch");
+        assert_eq!(markers(&job), vec![1, 2]);
+        // Dispatched items leave the queue: their places are free again.
+        assert!(h.handle.submit(vec![item(8), item(9)]).is_ok());
+    }
+}

@@ -21,20 +21,56 @@ pub struct Job {
     pub instance: OwnedSemaphorePermit,
 }
 
+/// Resolves once every instance thread of a model has exited, and joins them.
+///
+/// Each thread holds a sender of one channel; when the last thread ends, the channel
+/// closes (as mini-redis learns that its connections are done), so waiting costs no
+/// polling.
+#[derive(Clone)]
+pub struct Completion {
+    closed: Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<()>>>,
+    threads: Arc<std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>>,
+}
+
+impl Completion {
+    /// Waits until every thread has exited, then joins them.
+    pub async fn wait(&self) {
+        while self.closed.lock().await.recv().await.is_some() {}
+        let threads: Vec<_> = match self.threads.lock() {
+            Ok(mut threads) => threads.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        // They have all returned: joining only collects them.
+        for thread in threads {
+            if thread.join().is_err() {
+                tracing::error!("an instance thread panicked");
+            }
+        }
+    }
+}
+
 /// Starts one thread per instance; they exit when the job channel closes and is drained.
 pub fn spawn_workers(
     model: &str,
     instances: Vec<PipelineInstance>,
     jobs: crossbeam_channel::Receiver<Job>,
     stats: Arc<ModelStats>,
-) -> std::io::Result<()> {
-    instances.into_iter().enumerate().try_for_each(|(n, instance)| {
-        let jobs = jobs.clone();
-        let stats = stats.clone();
-        std::thread::Builder::new()
+) -> std::io::Result<Completion> {
+    let (done, closed) = tokio::sync::mpsc::channel::<()>(1);
+    let mut threads = Vec::with_capacity(instances.len());
+    for (n, instance) in instances.into_iter().enumerate() {
+        let (jobs, stats, done) = (jobs.clone(), stats.clone(), done.clone());
+        let thread = std::thread::Builder::new()
             .name(format!("{model}#{n}"))
-            .spawn(move || work(instance, jobs, stats))
-            .map(drop)
+            .spawn(move || {
+                work(instance, jobs, stats);
+                drop(done);
+            })?;
+        threads.push(thread);
+    }
+    Ok(Completion {
+        closed: Arc::new(tokio::sync::Mutex::new(closed)),
+        threads: Arc::new(std::sync::Mutex::new(threads)),
     })
 }
 

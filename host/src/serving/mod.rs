@@ -9,7 +9,8 @@ mod stats;
 mod watch;
 
 pub use batcher::SubmitError;
+pub use instances::Completion;
 pub use model::{LoadError, Model};
-pub use repository::{Entry, ModelState, Repository, RepositoryError};
+pub use repository::{Entry, ModelState, ModelStatus, Repository, RepositoryError};
 pub use stats::{ModelStats, StatsSnapshot};
 pub use watch::{watch, RepositoryWatch};

@@ -1,6 +1,5 @@
-//! A loaded model version: its configuration, its instances and its batcher.
+//! A model version in service: its configuration, its instance threads and its batcher.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,21 +7,18 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::batcher::{BatchPolicy, BatcherHandle, SubmitError};
-use super::instances::spawn_workers;
+use super::instances::{spawn_workers, Completion};
 use super::stats::ModelStats;
-use crate::model_config::{ConfigError, ModelConfig};
+use crate::model_config::ModelConfig;
 use crate::outcome::{ItemError, ItemOutcome};
-use crate::pipeline::PipelineTemplate;
-use crate::runtime::{deadline_ticks, Runtime, RuntimeError, SandboxLimits, StageKind, StageTag, StageTemplate};
+use crate::pipeline::LoadedModel;
 use crate::tensor::Item;
 
-/// Why a model version could not be loaded.
+/// Why a model version could not be loaded and started.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
+    Load(#[from] crate::pipeline::LoadError),
     #[error("cannot start instance threads: {0}")]
     Threads(std::io::Error),
 }
@@ -32,75 +28,31 @@ pub struct Model {
     pub config: ModelConfig,
     pub stats: Arc<ModelStats>,
     batcher: BatcherHandle,
+    completion: Completion,
 }
 
 impl Model {
-    /// Loads the model folder `dir`: parses its config, compiles every stage and
-    /// initialises every instance. Blocking (compiles wasm); call from a blocking thread,
-    /// inside a tokio runtime (the batcher task is spawned on it).
-    pub fn load(runtime: &Runtime, dir: &Path, tokio: &tokio::runtime::Handle) -> Result<Self, LoadError> {
-        Self::load_with_instances(runtime, dir, tokio, None)
-    }
-
-    /// [`Model::load`] with the instance count overridden (`tensorplug check` needs one).
-    pub fn load_with_instances(
-        runtime: &Runtime,
-        dir: &Path,
-        tokio: &tokio::runtime::Handle,
-        instances: Option<usize>,
-    ) -> Result<Self, LoadError> {
-        let mut config = ModelConfig::load(dir)?;
-        if let Some(n) = instances {
-            config.limits.instances = n;
-        }
-        let limits = SandboxLimits {
-            memory_bytes: config.limits.memory_bytes,
-            deadline_ticks: deadline_ticks(config.limits.stage_timeout),
-        };
-        let (model, version): (Arc<str>, Arc<str>) = (config.name.as_str().into(), config.version.as_str().into());
-        let load = |kind: StageKind, file: &Path| {
-            let tag = StageTag {
-                model: model.clone(),
-                version: version.clone(),
-                stage: kind.name(),
-            };
-            StageTemplate::load(runtime, kind, file, &config.dir, tag, limits, &config.parameters)
-        };
-        let mut template = PipelineTemplateBuilder::default();
-        for (kind, file) in &config.stages {
-            let stage = load(*kind, file)?;
-            match kind {
-                StageKind::Preprocess => template.preprocess = Some(stage),
-                StageKind::Predict => template.predict = Some(stage),
-                StageKind::Postprocess => template.postprocess = Some(stage),
-            }
-        }
-        let template = Arc::new(PipelineTemplate {
-            preprocess: template.preprocess,
-            predict: template.predict.ok_or_else(|| ConfigError {
-                file: config.dir.join(crate::model_config::MODEL_FILE),
-                message: "key `stages.predict` is required".into(),
-            })?,
-            postprocess: template.postprocess,
-            outputs: config.outputs.clone(),
-        });
-        let instances = (0..config.limits.instances)
-            .map(|_| template.instantiate())
-            .collect::<Result<Vec<_>, _>>()?;
-
+    /// Starts serving a loaded model: one thread per instance and the batcher task, on
+    /// the current tokio runtime. The threads exit by themselves once the model is
+    /// dropped and its queue is drained.
+    pub fn start(loaded: LoadedModel) -> Result<Self, LoadError> {
+        let LoadedModel { config, instances } = loaded;
         let stats = Arc::new(ModelStats::default());
         let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
-        // The threads exit by themselves once the batcher is dropped and its queue drained.
-        spawn_workers(&config.name, instances, jobs_rx, stats.clone()).map_err(LoadError::Threads)?;
+        let completion = spawn_workers(&config.name, instances, jobs_rx, stats.clone()).map_err(LoadError::Threads)?;
         let policy = BatchPolicy {
             max_batch_size: config.batching.max_batch_size,
             max_queue_delay: config.batching.max_queue_delay,
             max_queue_size: config.batching.max_queue_size,
         };
         let idle = Arc::new(Semaphore::new(config.limits.instances));
-        let _guard = tokio.enter();
-        let batcher = BatcherHandle::spawn(model, policy, idle, jobs_tx, stats.clone());
-        Ok(Self { config, stats, batcher })
+        let batcher = BatcherHandle::spawn(config.name.as_str().into(), policy, idle, jobs_tx, stats.clone());
+        Ok(Self {
+            config,
+            stats,
+            batcher,
+            completion,
+        })
     }
 
     /// Runs items through the model; each gets its outcome, or a 504 once `timeout` passes.
@@ -121,11 +73,10 @@ impl Model {
         }
         Ok(outcomes)
     }
-}
 
-#[derive(Default)]
-struct PipelineTemplateBuilder {
-    preprocess: Option<Arc<StageTemplate>>,
-    predict: Option<Arc<StageTemplate>>,
-    postprocess: Option<Arc<StageTemplate>>,
+    /// Resolves once this version's queue is drained and its instance threads have
+    /// exited, which happens after the last holder of the model lets go of it.
+    pub fn completion(&self) -> Completion {
+        self.completion.clone()
+    }
 }

@@ -9,15 +9,16 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
 use super::model::{LoadError, Model};
 use crate::model_config::{is_valid_model_name, MODEL_FILE};
-use crate::runtime::Runtime;
+use crate::pipeline::LoadedModel;
+use crate::runtime::{Runtime, RuntimeError};
 
-/// A model's state as the repository index reports it.
+/// A model's state as the repository index reports it (Triton's words).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum ModelState {
@@ -26,18 +27,63 @@ pub enum ModelState {
     Unavailable,
 }
 
-/// The reason an entry gives after an explicit unload; such a model does not count
-/// against readiness.
-pub const UNLOADED: &str = "unloaded";
+/// Where one model stands. Each variant holds exactly what that state has, so no
+/// impossible combination (a ready model without a version, ...) can be written down.
+#[derive(Clone)]
+pub enum ModelStatus {
+    /// The first load is under way; nothing serves yet.
+    Loading,
+    /// A version serves. `last_error`: why the latest reload failed, while this
+    /// version serves on.
+    Ready {
+        model: Arc<Model>,
+        last_error: Option<String>,
+    },
+    /// Loading failed and no version serves.
+    Failed { reason: String },
+    /// Taken out of service on request; does not count against readiness.
+    Unloaded,
+}
+
+impl ModelStatus {
+    /// The live version, if one serves.
+    pub fn model(&self) -> Option<&Arc<Model>> {
+        match self {
+            ModelStatus::Ready { model, .. } => Some(model),
+            _ => None,
+        }
+    }
+
+    /// The state the index reports.
+    pub fn state(&self) -> ModelState {
+        match self {
+            ModelStatus::Ready { .. } => ModelState::Ready,
+            ModelStatus::Loading => ModelState::Loading,
+            ModelStatus::Failed { .. } | ModelStatus::Unloaded => ModelState::Unavailable,
+        }
+    }
+
+    /// What the index says about it, if anything.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            ModelStatus::Ready { last_error, .. } => last_error.as_deref(),
+            ModelStatus::Failed { reason } => Some(reason),
+            ModelStatus::Unloaded => Some("unloaded"),
+            ModelStatus::Loading => None,
+        }
+    }
+
+    /// Whether the server can call itself ready as far as this model goes: it serves,
+    /// or it was unloaded on purpose.
+    pub fn counts_as_ready(&self) -> bool {
+        matches!(self, ModelStatus::Ready { .. } | ModelStatus::Unloaded)
+    }
+}
 
 /// One model folder's entry.
 #[derive(Clone)]
 pub struct Entry {
-    pub state: ModelState,
-    /// The live version, when there is one.
-    pub model: Option<Arc<Model>>,
-    /// Why the last load failed, or why the model is unavailable.
-    pub reason: Option<String>,
+    pub status: ModelStatus,
     /// The folder's contents at the last load attempt, to skip reloads that would load
     /// the same files again (a file system reports one change as several events).
     attempted: Option<Fingerprint>,
@@ -135,20 +181,19 @@ impl Repository {
         let attempted = fingerprint(&dir);
         self.update(name, |entry| match entry {
             // A live version keeps serving, and keeps its state, while the next one loads.
-            Some(entry) if entry.model.is_some() => entry.clone(),
+            Some(entry) if entry.status.model().is_some() => entry.clone(),
             _ => Entry {
-                state: ModelState::Loading,
-                model: None,
-                reason: None,
+                status: ModelStatus::Loading,
                 attempted: None,
             },
         });
         let runtime = self.runtime.clone();
-        let tokio = tokio::runtime::Handle::current();
         let started = Instant::now();
-        let loaded = tokio::task::spawn_blocking(move || Model::load(&runtime, &dir, &tokio))
+        // Compiling and running plugins' init blocks: off the async workers.
+        let loaded = tokio::task::spawn_blocking(move || LoadedModel::load(&runtime, &dir, None))
             .await
-            .unwrap_or_else(|e| Err(LoadError::Threads(std::io::Error::other(e.to_string()))));
+            .unwrap_or_else(|e| Err(RuntimeError::Sandbox(format!("loading panicked: {e}")).into()));
+        let loaded = loaded.map_err(LoadError::from).and_then(Model::start);
         match loaded {
             Ok(model) => {
                 tracing::info!(
@@ -160,9 +205,10 @@ impl Repository {
                 );
                 let model = Arc::new(model);
                 self.update(name, |_| Entry {
-                    state: ModelState::Ready,
-                    model: Some(model.clone()),
-                    reason: None,
+                    status: ModelStatus::Ready {
+                        model: model.clone(),
+                        last_error: None,
+                    },
                     attempted: attempted.clone(),
                 });
                 Ok(())
@@ -171,15 +217,16 @@ impl Repository {
                 let error = Arc::new(error);
                 tracing::error!(model = name, "model failed to load: {error}");
                 self.update(name, |entry| {
-                    let previous = entry.and_then(|e| e.model.clone());
-                    Entry {
-                        state: if previous.is_some() {
-                            ModelState::Ready
-                        } else {
-                            ModelState::Unavailable
+                    let reason = error.to_string();
+                    let status = match entry.and_then(|e| e.status.model()) {
+                        Some(previous) => ModelStatus::Ready {
+                            model: previous.clone(),
+                            last_error: Some(reason),
                         },
-                        model: previous,
-                        reason: Some(error.to_string()),
+                        None => ModelStatus::Failed { reason },
+                    };
+                    Entry {
+                        status,
                         attempted: attempted.clone(),
                     }
                 });
@@ -199,13 +246,11 @@ impl Repository {
             return Err(RepositoryError::InvalidName(name.to_string()));
         }
         let _one_at_a_time = self.loading.lock().await;
-        if self.entries.load().get(name).and_then(|e| e.model.as_ref()).is_none() {
+        if self.get(name).is_none() {
             return Err(RepositoryError::NotLoaded(name.to_string()));
         }
         self.update(name, |entry| Entry {
-            state: ModelState::Unavailable,
-            model: None,
-            reason: Some(UNLOADED.into()),
+            status: ModelStatus::Unloaded,
             // Kept, so that only a real change of the folder loads it again.
             attempted: entry.and_then(|e| e.attempted.clone()),
         });
@@ -260,7 +305,7 @@ impl Repository {
 
     /// The live version of a model.
     pub fn get(&self, name: &str) -> Option<Arc<Model>> {
-        self.entries.load().get(name).and_then(|e| e.model.clone())
+        self.entries.load().get(name).and_then(|e| e.status.model().cloned())
     }
 
     /// Every known model and its state, sorted by name.
@@ -275,27 +320,28 @@ impl Repository {
     /// Whether every known model has a live version (and no load is under way for a
     /// model without one).
     pub fn all_ready(&self) -> bool {
-        self.entries
-            .load()
-            .values()
-            .all(|e| e.model.is_some() || e.reason.as_deref() == Some(UNLOADED))
+        self.entries.load().values().all(|e| e.status.counts_as_ready())
     }
 
-    /// Takes every model out of service and waits, up to `grace`, until their queued and
-    /// running items are answered.
-    pub async fn drain(&self, grace: Duration) {
+    /// Takes every model out of service and waits, until `deadline` at the latest, for
+    /// their queued and running items to be answered and their instance threads to
+    /// exit. Returns whether everything finished in time.
+    pub async fn drain(&self, deadline: tokio::time::Instant) -> bool {
         let entries = self.entries.swap(Arc::new(BTreeMap::new()));
-        let models: Vec<Arc<Model>> = entries.values().filter_map(|e| e.model.clone()).collect();
+        let models: Vec<Arc<Model>> = entries.values().filter_map(|e| e.status.model().cloned()).collect();
         drop(entries);
-        let deadline = tokio::time::Instant::now() + grace;
-        for model in models {
-            let weak = Arc::downgrade(&model);
-            drop(model);
-            // In-flight requests hold their own Arc; once they are answered the model's
-            // queue closes and its instance threads exit.
-            while weak.strong_count() > 0 && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
+        // In-flight requests hold their own `Arc<Model>`; once the last one is answered
+        // the model's queue closes, its threads exit and its completion resolves.
+        let completions: Vec<_> = models.iter().map(|m| m.completion()).collect();
+        drop(models);
+        let all = futures_join_all(completions);
+        tokio::time::timeout_at(deadline, all).await.is_ok()
+    }
+}
+
+/// Awaits every completion in turn (their threads run on their own; the order is moot).
+async fn futures_join_all(completions: Vec<super::instances::Completion>) {
+    for completion in completions {
+        completion.wait().await;
     }
 }

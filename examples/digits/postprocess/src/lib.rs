@@ -11,11 +11,11 @@ const SUM_TOLERANCE: f32 = 1e-4;
 struct Digits;
 
 impl Postprocessor for Digits {
-    fn init(_: Vec<Parameter>) -> Result<(), String> {
-        Ok(())
+    fn init(_: Parameters) -> Result<Self, String> {
+        Ok(Digits)
     }
 
-    fn postprocess(items: Vec<Item>) -> Vec<Result<Item, ItemError>> {
+    fn postprocess(&mut self, items: Vec<Item>) -> Vec<Result<Item, ItemError>> {
         items.into_iter().map(finish).collect()
     }
 }

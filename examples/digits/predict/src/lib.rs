@@ -2,30 +2,23 @@
 //! `init` and classifies a batch `input-0: FP32 [N, 64]` into `probabilities: FP32 [N, 10]`
 //! and `label: INT64 [N]`.
 
-use std::sync::OnceLock;
-
 use digits_model::{forward, Weights, CLASSES, INPUTS};
 use tensorplug_guest::prelude::*;
 use tensorplug_guest::MODEL_DIR;
 
-/// Loaded once per instance by `init`.
-static WEIGHTS: OnceLock<Weights> = OnceLock::new();
-
-struct Digits;
+struct Digits {
+    /// Loaded once per instance by `init`.
+    weights: Weights,
+}
 
 impl Predictor for Digits {
-    fn init(_: Vec<Parameter>) -> Result<(), String> {
+    fn init(_: Parameters) -> Result<Self, String> {
         let weights = Weights::from_dir(MODEL_DIR).map_err(|e| format!("digits: {e}"))?;
         log::debug(&format!("digits: weights loaded from {MODEL_DIR}"));
-        WEIGHTS
-            .set(weights)
-            .map_err(|_| "digits: init called twice".to_string())
+        Ok(Digits { weights })
     }
 
-    fn predict(batch: Vec<Tensor>) -> Result<Prediction, ItemError> {
-        let weights = WEIGHTS
-            .get()
-            .ok_or_else(|| ItemError::internal("digits: not initialised"))?;
+    fn predict(&mut self, batch: Vec<Tensor>) -> Result<Prediction, ItemError> {
         let x = batch.input("input-0")?;
         x.expect_shape(&[-1, INPUTS as i64])?;
         let n = x.batch_size()?;
@@ -33,7 +26,7 @@ impl Predictor for Digits {
 
         let mut proba = vec![0.0; n * CLASSES];
         let mut labels = vec![0; n];
-        forward(weights, &pixels, n, &mut proba, &mut labels);
+        forward(&self.weights, &pixels, n, &mut proba, &mut labels);
 
         let rows = n as u64;
         Ok(Prediction::new(vec![

@@ -3,29 +3,26 @@
 //! `0..=pixel_max` (parameter, default 16) with a 400 naming the pixel, and hands predict
 //! `input-0: FP32 [64]`.
 
-use std::sync::OnceLock;
-
 use tensorplug_guest::prelude::*;
 
 const INPUT: &str = "input-0";
 
-/// The largest valid pixel value, from the `pixel_max` parameter.
-static PIXEL_MAX: OnceLock<f32> = OnceLock::new();
-
-struct Digits;
+struct Digits {
+    /// The largest valid pixel value, from the `pixel_max` parameter.
+    pixel_max: f32,
+}
 
 impl Preprocessor for Digits {
-    fn init(parameters: Vec<Parameter>) -> Result<(), String> {
-        let max: f32 = Parameters::new(parameters).parse_or("pixel_max", 16.0)?;
-        if !(max.is_finite() && max > 0.0) {
-            return Err(format!("parameter 'pixel_max': {max} is not a positive number"));
+    fn init(parameters: Parameters) -> Result<Self, String> {
+        let pixel_max: f32 = parameters.parse_or("pixel_max", 16.0)?;
+        if !(pixel_max.is_finite() && pixel_max > 0.0) {
+            return Err(format!("parameter 'pixel_max': {pixel_max} is not a positive number"));
         }
-        PIXEL_MAX.set(max).map_err(|_| "digits: init called twice".to_string())
+        Ok(Digits { pixel_max })
     }
 
-    fn preprocess(items: Vec<Item>) -> Vec<Result<Item, ItemError>> {
-        let max = PIXEL_MAX.get().copied().unwrap_or(16.0);
-        items.into_iter().map(|item| flatten(item, max)).collect()
+    fn preprocess(&mut self, items: Vec<Item>) -> Vec<Result<Item, ItemError>> {
+        items.into_iter().map(|item| flatten(item, self.pixel_max)).collect()
     }
 }
 

@@ -1,0 +1,293 @@
+//! Trap isolation by bisection, over any [`Stage`].
+//!
+//! When a call traps or breaks the plugin contract, its items are split in halves and
+//! re-run, recursively, until each culprit is alone: for `n` items of which `k` are
+//! culprits that costs at most `2·k·⌈log2 n⌉` extra calls, and nothing when no call
+//! fails. A time limit is the exception: halving would pay a full deadline per level, so
+//! the items are re-run one by one (`n` short calls, plus one more deadline per slow
+//! item).
+//!
+//! The algorithm only needs a stage that hands out a live instance and replaces it after
+//! a trap, so it is tested here with a fake stage.
+
+use crate::outcome::{ItemError, ItemOutcome};
+use crate::runtime::Trapped;
+use crate::tensor::Item;
+
+/// What bisection needs of a stage.
+pub(crate) trait Stage {
+    /// What a call runs on.
+    type Instance;
+    /// The live instance, re-created if a trap left none (an error answers every item
+    /// of the call).
+    fn instance(&mut self) -> Result<&mut Self::Instance, ItemError>;
+    /// Drops a trapped instance (it is never entered again) and replaces it.
+    fn replace(&mut self, trapped: &Trapped);
+}
+
+/// An item with its position in the batch the pipeline was given.
+pub(crate) type Indexed = (usize, Item);
+
+/// What one failed call means for the items in it.
+#[derive(Debug)]
+pub(crate) enum CallFailure {
+    /// Replace the instance and bisect.
+    Trapped(Trapped),
+    /// The plugin answered, but broke the contract: bisect without replacing.
+    Violation(String),
+    /// Every item of the call gets this answer (e.g. predict failed the whole batch).
+    All(ItemError),
+}
+
+/// One call of a stage on some items, checked against the plugin contract.
+pub(crate) type StageCall<'a, I> = dyn Fn(&mut I, &[Indexed]) -> Result<Vec<ItemOutcome>, CallFailure> + 'a;
+
+/// Calls a stage on `items`; on a trap or contract violation, replaces the instance if
+/// needed and re-runs the parts, until the failing items are isolated. One outcome per
+/// item, with its index.
+pub(crate) fn run_bisected<S: Stage>(
+    stage: &mut S,
+    items: Vec<Indexed>,
+    call: &StageCall<'_, S::Instance>,
+) -> Vec<(usize, ItemOutcome)> {
+    if items.is_empty() {
+        return Vec::new();
+    }
+    let instance = match stage.instance() {
+        Ok(instance) => instance,
+        Err(e) => return answer_all(items, &e),
+    };
+    let failure = match call(instance, &items) {
+        Ok(results) => return items.into_iter().map(|(i, _)| i).zip(results).collect(),
+        Err(failure) => failure,
+    };
+    let mut deadline = false;
+    let error = match failure {
+        CallFailure::All(error) => return answer_all(items, &error),
+        CallFailure::Trapped(trapped) => {
+            stage.replace(&trapped);
+            deadline = trapped.deadline;
+            trapped.item_error()
+        }
+        CallFailure::Violation(message) => ItemError::trap(message),
+    };
+    if items.len() == 1 {
+        return answer_all(items, &error);
+    }
+    // A time limit costs a full deadline per failed call, so halving would cost one per
+    // level; running each item alone costs only one more (per slow item).
+    let parts: Vec<Vec<Indexed>> = if deadline {
+        items.into_iter().map(|item| vec![item]).collect()
+    } else {
+        let mut first = items;
+        let second = first.split_off(first.len() / 2);
+        vec![first, second]
+    };
+    parts
+        .into_iter()
+        .flat_map(|part| run_bisected(stage, part, call))
+        .collect()
+}
+
+fn answer_all(items: Vec<Indexed>, error: &ItemError) -> Vec<(usize, ItemOutcome)> {
+    items.into_iter().map(|(i, _)| (i, Err(error.clone()))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::collections::HashSet;
+
+    use super::*;
+    use crate::tensor::{DataType, Tensor};
+
+    /// A stage whose instance is a number that grows with each replacement.
+    #[derive(Default)]
+    struct FakeStage {
+        instance: u32,
+        replacements: u32,
+        unavailable: bool,
+    }
+
+    impl Stage for FakeStage {
+        type Instance = u32;
+
+        fn instance(&mut self) -> Result<&mut u32, ItemError> {
+            if self.unavailable {
+                return Err(ItemError::unavailable("cannot re-create"));
+            }
+            Ok(&mut self.instance)
+        }
+
+        fn replace(&mut self, _: &Trapped) {
+            self.replacements += 1;
+            self.instance += 1;
+        }
+    }
+
+    /// An item that carries its own index as data, so answers can be traced back.
+    fn item(index: usize) -> Indexed {
+        let tensor = Tensor {
+            name: "x".into(),
+            datatype: DataType::Uint32,
+            shape: vec![1],
+            data: (index as u32).to_le_bytes().to_vec(),
+        };
+        (index, vec![tensor])
+    }
+
+    fn items(n: usize) -> Vec<Indexed> {
+        (0..n).map(item).collect()
+    }
+
+    fn marker(item: &Item) -> usize {
+        u32::from_le_bytes(item[0].data[..4].try_into().unwrap()) as usize
+    }
+
+    /// A call that fails as `failure` says whenever a culprit is among its items, and
+    /// otherwise echoes each item; counts its calls.
+    fn call_failing_on<'a>(
+        culprits: &'a HashSet<usize>,
+        calls: &'a Cell<usize>,
+        failure: fn() -> CallFailure,
+    ) -> impl Fn(&mut u32, &[Indexed]) -> Result<Vec<ItemOutcome>, CallFailure> + 'a {
+        move |_, items| {
+            calls.set(calls.get() + 1);
+            if items.iter().any(|(_, item)| culprits.contains(&marker(item))) {
+                return Err(failure());
+            }
+            Ok(items.iter().map(|(_, item)| Ok(item.clone())).collect())
+        }
+    }
+
+    fn trap() -> CallFailure {
+        CallFailure::Trapped(Trapped {
+            message: "unreachable".into(),
+            deadline: false,
+        })
+    }
+
+    fn timeout() -> CallFailure {
+        CallFailure::Trapped(Trapped {
+            message: "time limit".into(),
+            deadline: true,
+        })
+    }
+
+    fn violation() -> CallFailure {
+        CallFailure::Violation("returned 3 results for 4 items".into())
+    }
+
+    /// Every item ends with exactly one outcome: culprits `status`, the rest their echo.
+    fn check_outcomes(outcomes: &[(usize, ItemOutcome)], n: usize, culprits: &HashSet<usize>, status: u16) {
+        let mut seen: Vec<usize> = outcomes.iter().map(|(i, _)| *i).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..n).collect::<Vec<_>>(), "one outcome per item");
+        for (index, outcome) in outcomes {
+            match outcome {
+                Ok(item) => {
+                    assert!(!culprits.contains(index), "culprit {index} succeeded");
+                    assert_eq!(marker(item), *index, "item {index} got another item's answer");
+                }
+                Err(error) => {
+                    assert!(
+                        culprits.contains(index),
+                        "innocent item {index} failed: {}",
+                        error.message
+                    );
+                    assert_eq!(error.status, status);
+                }
+            }
+        }
+    }
+
+    fn ceil_log2(n: usize) -> usize {
+        n.next_power_of_two().trailing_zeros() as usize
+    }
+
+    #[test]
+    fn a_call_without_failures_costs_one_call() {
+        let (culprits, calls) = (HashSet::new(), Cell::new(0));
+        let mut stage = FakeStage::default();
+        let outcomes = run_bisected(&mut stage, items(32), &call_failing_on(&culprits, &calls, trap));
+        check_outcomes(&outcomes, 32, &culprits, 500);
+        assert_eq!(calls.get(), 1);
+        assert_eq!(stage.replacements, 0);
+    }
+
+    #[test]
+    fn traps_are_isolated_within_the_extra_call_bound() {
+        for n in [2, 3, 7, 16, 33, 64] {
+            for culprits in [
+                vec![0],
+                vec![n - 1],
+                vec![0, n / 2],
+                vec![1, n / 2, n - 1],
+                (0..n).step_by(3).collect(),
+            ] {
+                let culprits: HashSet<usize> = culprits.into_iter().collect();
+                let calls = Cell::new(0);
+                let mut stage = FakeStage::default();
+                let outcomes = run_bisected(&mut stage, items(n), &call_failing_on(&culprits, &calls, trap));
+                check_outcomes(&outcomes, n, &culprits, 500);
+                let k = culprits.len();
+                let extra = calls.get() - 1;
+                assert!(
+                    extra <= 2 * k * ceil_log2(n),
+                    "n={n}, k={k}: {extra} extra calls, bound {}",
+                    2 * k * ceil_log2(n)
+                );
+                // Every failed call replaced the instance: it is never entered again.
+                assert!(stage.replacements as usize >= k);
+            }
+        }
+    }
+
+    #[test]
+    fn time_limits_rerun_items_one_by_one() {
+        let culprits: HashSet<usize> = [3, 11].into_iter().collect();
+        let calls = Cell::new(0);
+        let mut stage = FakeStage::default();
+        let outcomes = run_bisected(&mut stage, items(16), &call_failing_on(&culprits, &calls, timeout));
+        check_outcomes(&outcomes, 16, &culprits, 504);
+        // One batch call, then each item alone: one more deadline per slow item only.
+        assert_eq!(calls.get(), 1 + 16);
+        assert_eq!(stage.replacements, 1 + 2);
+    }
+
+    #[test]
+    fn contract_violations_bisect_without_replacing_the_instance() {
+        let culprits: HashSet<usize> = [5].into_iter().collect();
+        let calls = Cell::new(0);
+        let mut stage = FakeStage::default();
+        let outcomes = run_bisected(&mut stage, items(8), &call_failing_on(&culprits, &calls, violation));
+        check_outcomes(&outcomes, 8, &culprits, 500);
+        assert_eq!(stage.replacements, 0);
+        assert!(calls.get() - 1 <= 2 * ceil_log2(8));
+        let (_, culprit) = outcomes.iter().find(|(i, _)| *i == 5).unwrap();
+        assert!(culprit.as_ref().unwrap_err().message.contains("returned 3 results"));
+    }
+
+    #[test]
+    fn a_whole_call_error_answers_every_item_without_bisecting() {
+        let culprits: HashSet<usize> = [0].into_iter().collect();
+        let calls = Cell::new(0);
+        let mut stage = FakeStage::default();
+        let all = || CallFailure::All(ItemError::new(422, "whole batch"));
+        let outcomes = run_bisected(&mut stage, items(4), &call_failing_on(&culprits, &calls, all));
+        assert_eq!(calls.get(), 1);
+        assert!(outcomes.iter().all(|(_, o)| o.as_ref().unwrap_err().status == 422));
+    }
+
+    #[test]
+    fn an_instance_that_cannot_be_recreated_answers_503() {
+        let calls = Cell::new(0);
+        let mut stage = FakeStage {
+            unavailable: true,
+            ..FakeStage::default()
+        };
+        let outcomes = run_bisected(&mut stage, items(3), &call_failing_on(&HashSet::new(), &calls, trap));
+        assert_eq!(calls.get(), 0);
+        assert!(outcomes.iter().all(|(_, o)| o.as_ref().unwrap_err().status == 503));
+    }
+}

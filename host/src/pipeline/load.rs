@@ -1,0 +1,78 @@
+//! Loading a model version: `model.toml` parsed, every stage compiled, and every
+//! instance created and initialised — everything needed to run it, and nothing that
+//! serves it (no threads, no batcher, no async runtime). The serving layer starts what
+//! this yields; `tensorplug check` only loads.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{PipelineInstance, PipelineTemplate};
+use crate::model_config::{ConfigError, ModelConfig, MODEL_FILE};
+use crate::runtime::{deadline_ticks, Runtime, RuntimeError, SandboxLimits, StageKind, StageTag, StageTemplate};
+
+/// Why a model version could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+/// A model version, compiled and initialised, ready to run.
+pub struct LoadedModel {
+    pub config: ModelConfig,
+    /// One initialised pipeline instance per `limits.instances`.
+    pub instances: Vec<PipelineInstance>,
+}
+
+impl LoadedModel {
+    /// Loads the model folder `dir`. `instances` overrides the configured instance count
+    /// (`tensorplug check` needs one). Blocking: compiles wasm and runs every stage's
+    /// `init`, so call it from a thread that may block.
+    pub fn load(runtime: &Runtime, dir: &Path, instances: Option<usize>) -> Result<Self, LoadError> {
+        let mut config = ModelConfig::load(dir)?;
+        if let Some(n) = instances {
+            config.limits.instances = n;
+        }
+        let limits = SandboxLimits {
+            memory_bytes: config.limits.memory_bytes,
+            deadline_ticks: deadline_ticks(config.limits.stage_timeout),
+        };
+        let (model, version): (Arc<str>, Arc<str>) = (config.name.as_str().into(), config.version.as_str().into());
+        let (mut preprocess, mut predict, mut postprocess) = (None, None, None);
+        for (kind, file) in &config.stages {
+            let tag = StageTag {
+                model: model.clone(),
+                version: version.clone(),
+                stage: kind.name(),
+            };
+            let stage = StageTemplate::load(runtime, *kind, file, &config.dir, tag, limits, &config.parameters)?;
+            let slot = match kind {
+                StageKind::Preprocess => &mut preprocess,
+                StageKind::Predict => &mut predict,
+                StageKind::Postprocess => &mut postprocess,
+            };
+            *slot = Some(stage);
+        }
+        let template = Arc::new(PipelineTemplate {
+            preprocess,
+            predict: predict.ok_or_else(|| ConfigError {
+                file: config.dir.join(MODEL_FILE),
+                message: "key `stages.predict` is required".into(),
+            })?,
+            postprocess,
+            outputs: config.outputs.clone(),
+        });
+        let instances = (0..config.limits.instances)
+            .map(|_| template.instantiate())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { config, instances })
+    }
+
+    /// The stages, as `preprocess -> predict -> postprocess`.
+    pub fn describe(&self) -> String {
+        let stages: Vec<&str> = self.config.stages.iter().map(|(kind, _)| kind.name()).collect();
+        format!("version {}: {}", self.config.version, stages.join(" -> "))
+    }
+}

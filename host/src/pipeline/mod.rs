@@ -1,0 +1,132 @@
+//! One model instance's pipeline: preprocess → predict → postprocess over a batch of
+//! items, with every item ending in its own outcome.
+//!
+//! What this module guarantees, whatever a plugin does:
+//! - **Per-item outcomes.** A plugin's item errors stay with their items; items that fail
+//!   a stage skip the later ones.
+//! - **Trap isolation by bisection.** When a call traps (panic, out of memory, stack
+//!   overflow, time limit) or breaks the plugin contract, the instance is replaced and
+//!   the call's items are split in halves and re-run, recursively, until each culprit is
+//!   alone. Culprits get 500 (504 for a time limit); everyone else gets the answer they
+//!   would have got alone. For a call of `n` items of which `k` are culprits, this costs
+//!   at most `2·k·⌈log2 n⌉` extra calls, and nothing when no call fails. A time limit
+//!   is the exception: halving would pay a full deadline per level, so the items are
+//!   re-run one by one instead (`n` short calls, plus one more deadline per slow item).
+//! - **Contract checks.** Result counts, batch sizes, output names, datatypes and shapes,
+//!   and failure indices are all checked; violations are answered as 500 naming the
+//!   stage and the violation.
+//!
+//! Items whose per-item shapes differ are sent to predict in separate sub-batches.
+//!
+//! Layout: `load` (a model folder to runnable instances), `bisect` (the algorithm, over any [`bisect::Stage`]), `slot` (a stage's live
+//! instance), `predict` (sub-batches, stacking, splitting), `contract` (the checks).
+
+mod bisect;
+mod contract;
+mod load;
+mod predict;
+mod slot;
+
+pub use load::{LoadError, LoadedModel};
+
+use std::sync::Arc;
+
+use bisect::{run_bisected, Indexed};
+use contract::map_items;
+use predict::run_predict;
+use slot::Slot;
+
+use crate::model_config::TensorSpec;
+use crate::outcome::{ItemError, ItemOutcome};
+use crate::runtime::{RuntimeError, StageInstance, StageTemplate};
+use crate::tensor::Item;
+
+/// The compiled stages of one model version; instances are made from it.
+pub struct PipelineTemplate {
+    pub preprocess: Option<Arc<StageTemplate>>,
+    pub predict: Arc<StageTemplate>,
+    pub postprocess: Option<Arc<StageTemplate>>,
+    /// The declared outputs every final item is checked against.
+    pub outputs: Vec<TensorSpec>,
+}
+
+impl PipelineTemplate {
+    /// A live instance of every stage, initialised.
+    pub fn instantiate(self: &Arc<Self>) -> Result<PipelineInstance, RuntimeError> {
+        let slot = Slot::new;
+        Ok(PipelineInstance {
+            preprocess: self.preprocess.as_ref().map(slot).transpose()?,
+            predict: slot(&self.predict)?,
+            postprocess: self.postprocess.as_ref().map(slot).transpose()?,
+            template: self.clone(),
+        })
+    }
+}
+
+/// A full set of live stage instances; runs batches one at a time.
+pub struct PipelineInstance {
+    template: Arc<PipelineTemplate>,
+    preprocess: Option<Slot>,
+    predict: Slot,
+    postprocess: Option<Slot>,
+}
+
+impl PipelineInstance {
+    /// Traps seen by this instance's stages so far.
+    pub fn traps(&self) -> u64 {
+        let optional = |slot: &Option<Slot>| slot.as_ref().map_or(0, Slot::traps);
+        optional(&self.preprocess) + self.predict.traps() + optional(&self.postprocess)
+    }
+
+    /// A brand-new set of instances from the same template.
+    pub fn fresh(&self) -> Result<PipelineInstance, RuntimeError> {
+        self.template.instantiate()
+    }
+
+    /// Whether every stage has a live instance (a failed replacement leaves a hole that
+    /// the next call retries).
+    pub fn is_whole(&self) -> bool {
+        let live = |slot: &Option<Slot>| slot.as_ref().is_none_or(Slot::is_live);
+        live(&self.preprocess) && self.predict.is_live() && live(&self.postprocess)
+    }
+
+    /// Runs `items` through every stage; one outcome per item, in order.
+    pub fn run(&mut self, items: Vec<Item>) -> Vec<ItemOutcome> {
+        let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; items.len()];
+        let mut alive: Vec<Indexed> = items.into_iter().enumerate().collect();
+
+        // The last stage's answers are checked against the declared outputs inside its
+        // call, so that a violation is bisected down to the items that cause it.
+        let declared = self.template.outputs.as_slice();
+        let last_is_predict = self.postprocess.is_none();
+        if let Some(slot) = self.preprocess.as_mut() {
+            let call = |instance: &mut StageInstance, items: &[Indexed]| map_items(instance, items, &[]);
+            alive = settle(&mut outcomes, run_bisected(slot, alive, &call));
+        }
+        let predict_declared = if last_is_predict { declared } else { &[] };
+        alive = settle(&mut outcomes, run_predict(&mut self.predict, alive, predict_declared));
+        if let Some(slot) = self.postprocess.as_mut() {
+            let call = |instance: &mut StageInstance, items: &[Indexed]| map_items(instance, items, declared);
+            alive = settle(&mut outcomes, run_bisected(slot, alive, &call));
+        }
+        for (index, item) in alive {
+            outcomes[index] = Some(Ok(item));
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(ItemError::trap("item lost in the pipeline"))))
+            .collect()
+    }
+}
+
+/// Records failed items' outcomes and returns the survivors for the next stage.
+fn settle(outcomes: &mut [Option<ItemOutcome>], results: Vec<(usize, ItemOutcome)>) -> Vec<Indexed> {
+    let mut alive = Vec::with_capacity(results.len());
+    for (index, result) in results {
+        match result {
+            Ok(item) => alive.push((index, item)),
+            Err(e) => outcomes[index] = Some(Err(e)),
+        }
+    }
+    alive
+}

@@ -1,0 +1,164 @@
+//! The predict stage: items grouped into sub-batches of one shape, stacked, called,
+//! checked, and split back per item.
+
+use super::bisect::{run_bisected, CallFailure, Indexed};
+use super::contract::check_declared;
+use super::slot::Slot;
+use crate::model_config::TensorSpec;
+use crate::outcome::{ItemError, ItemOutcome};
+use crate::runtime::{Prediction, StageInstance};
+use crate::tensor::{Item, Tensor};
+
+/// Groups items by their per-item shapes and runs each group through predict.
+pub(crate) fn run_predict(slot: &mut Slot, items: Vec<Indexed>, declared: &[TensorSpec]) -> Vec<(usize, ItemOutcome)> {
+    let call = |instance: &mut StageInstance, items: &[Indexed]| predict_batch(instance, items, declared);
+    group_by_shape(items)
+        .into_iter()
+        .flat_map(|group| run_bisected(slot, group, &call))
+        .collect()
+}
+
+/// Splits items into groups whose tensors agree in names, datatypes and shapes (the
+/// sub-batches predict can take), keeping first-seen order.
+fn group_by_shape(items: Vec<Indexed>) -> Vec<Vec<Indexed>> {
+    let mut groups: Vec<(Vec<Signature>, Vec<Indexed>)> = Vec::new();
+    for (index, item) in items {
+        let signature = signature(&item);
+        match groups.iter_mut().find(|(s, _)| *s == signature) {
+            Some((_, members)) => members.push((index, item)),
+            None => groups.push((signature, vec![(index, item)])),
+        }
+    }
+    groups.into_iter().map(|(_, members)| members).collect()
+}
+
+type Signature = (String, crate::tensor::DataType, Vec<u64>);
+
+fn signature(item: &Item) -> Vec<Signature> {
+    item.iter()
+        .map(|t| (t.name.clone(), t.datatype, t.shape.clone()))
+        .collect()
+}
+
+/// Stacks a group into a batch, calls predict, checks the answer and splits it per item.
+fn predict_batch(
+    instance: &mut StageInstance,
+    items: &[Indexed],
+    declared: &[TensorSpec],
+) -> Result<Vec<ItemOutcome>, CallFailure> {
+    let n = items.len();
+    let Some((_, first)) = items.first() else {
+        return Ok(Vec::new());
+    };
+    let mut batch = Vec::with_capacity(first.len());
+    for (position, _) in first.iter().enumerate() {
+        let stacked = Tensor::stack(items.iter().map(|(_, item)| &item[position]))
+            .map_err(|e| CallFailure::All(ItemError::trap(format!("cannot form a batch: {e}"))))?;
+        batch.push(stacked);
+    }
+    let prediction = match instance.predict(batch).map_err(CallFailure::Trapped)? {
+        Ok(prediction) => prediction,
+        Err(error) => return Err(CallFailure::All(error)),
+    };
+    let results = split_prediction(prediction, n)
+        .map_err(|violation| CallFailure::Violation(format!("predict broke the plugin contract: {violation}")))?;
+    check_declared("predict", declared, &results)?;
+    Ok(results)
+}
+
+/// Splits batched outputs into per-item outputs, applying per-item failures.
+fn split_prediction(prediction: Prediction, n: usize) -> Result<Vec<ItemOutcome>, String> {
+    let mut per_item: Vec<ItemOutcome> = (0..n).map(|_| Ok(Vec::new())).collect();
+    for output in &prediction.outputs {
+        output.validate().map_err(|e| format!("output {e}"))?;
+        if output.shape.first().copied() != Some(n as u64) {
+            return Err(format!(
+                "output '{}' has shape {:?}, expected leading dimension {n} (the batch size)",
+                output.name, output.shape
+            ));
+        }
+    }
+    for output in prediction.outputs {
+        let rows = output.split_leading().map_err(|e| format!("output {e}"))?;
+        for (slot, row) in per_item.iter_mut().zip(rows) {
+            if let Ok(item) = slot {
+                item.push(row);
+            }
+        }
+    }
+    for (index, error) in prediction.failures {
+        let slot = per_item
+            .get_mut(index as usize)
+            .ok_or_else(|| format!("item failure index {index} is out of range for a batch of {n}"))?;
+        *slot = Err(error);
+    }
+    Ok(per_item)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::DataType;
+
+    fn item(shape: &[u64]) -> Item {
+        let count = shape.iter().product::<u64>() as usize;
+        vec![Tensor {
+            name: "x".into(),
+            datatype: DataType::Fp32,
+            shape: shape.to_vec(),
+            data: vec![0; count * 4],
+        }]
+    }
+
+    #[test]
+    fn items_of_different_shapes_form_separate_sub_batches() {
+        let items = vec![
+            (0, item(&[4])),
+            (1, item(&[2, 2])),
+            (2, item(&[4])),
+            (3, item(&[3])),
+            (4, item(&[2, 2])),
+        ];
+        let groups = group_by_shape(items);
+        let indices: Vec<Vec<usize>> = groups.iter().map(|g| g.iter().map(|(i, _)| *i).collect()).collect();
+        assert_eq!(indices, vec![vec![0, 2], vec![1, 4], vec![3]]);
+    }
+
+    #[test]
+    fn predictions_are_split_per_item_and_checked() {
+        let output = |rows: u64| Tensor {
+            name: "y".into(),
+            datatype: DataType::Fp32,
+            shape: vec![rows, 1],
+            data: (0..rows).flat_map(|r| (r as f32).to_le_bytes()).collect(),
+        };
+        let split = split_prediction(
+            Prediction {
+                outputs: vec![output(3)],
+                failures: vec![(1, ItemError::new(422, "no"))],
+            },
+            3,
+        )
+        .unwrap();
+        assert_eq!(split[0].as_ref().unwrap()[0].data, 0f32.to_le_bytes());
+        assert_eq!(split[1].as_ref().unwrap_err().status, 422);
+        assert_eq!(split[2].as_ref().unwrap()[0].shape, vec![1]);
+
+        let wrong_rows = split_prediction(
+            Prediction {
+                outputs: vec![output(4)],
+                failures: vec![],
+            },
+            3,
+        );
+        assert!(wrong_rows.unwrap_err().contains("expected leading dimension 3"));
+        let bad_index = split_prediction(
+            Prediction {
+                outputs: vec![output(3)],
+                failures: vec![(3, ItemError::new(400, "x"))],
+            },
+            3,
+        );
+        assert!(bad_index.unwrap_err().contains("index 3 is out of range"));
+    }
+}

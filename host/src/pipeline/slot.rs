@@ -1,0 +1,69 @@
+//! One stage's live instance within a pipeline instance, replaced after every trap.
+
+use std::sync::Arc;
+
+use super::bisect::Stage;
+use crate::outcome::ItemError;
+use crate::runtime::{RuntimeError, StageInstance, StageTemplate, Trapped};
+
+/// One stage's live instance, replaced after every trap.
+pub(crate) struct Slot {
+    template: Arc<StageTemplate>,
+    live: Option<StageInstance>,
+    traps: u64,
+}
+
+impl Slot {
+    /// A slot holding a fresh instance of `template`.
+    pub(crate) fn new(template: &Arc<StageTemplate>) -> Result<Slot, RuntimeError> {
+        Ok(Slot {
+            live: Some(template.instantiate()?),
+            template: template.clone(),
+            traps: 0,
+        })
+    }
+
+    /// Traps seen so far.
+    pub(crate) fn traps(&self) -> u64 {
+        self.traps
+    }
+
+    /// Whether it holds a live instance (a failed replacement leaves a hole that the
+    /// next call retries).
+    pub(crate) fn is_live(&self) -> bool {
+        self.live.is_some()
+    }
+}
+
+impl Stage for Slot {
+    type Instance = StageInstance;
+
+    fn instance(&mut self) -> Result<&mut StageInstance, ItemError> {
+        let live = match self.live.take() {
+            Some(live) => live,
+            None => self.template.instantiate().map_err(|e| {
+                ItemError::unavailable(format!(
+                    "{} instance could not be re-created: {e}",
+                    self.template.kind().name()
+                ))
+            })?,
+        };
+        Ok(self.live.insert(live))
+    }
+
+    /// Drops a trapped instance and builds its replacement right away, so the next call
+    /// does not pay for it.
+    fn replace(&mut self, trapped: &Trapped) {
+        self.traps += 1;
+        self.live = None;
+        tracing::warn!(
+            stage = self.template.kind().name(),
+            traps = self.traps,
+            "plugin trapped: {}",
+            trapped.message
+        );
+        if let Err(e) = self.instance() {
+            tracing::error!(stage = self.template.kind().name(), "{}", e.message);
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The real `tensorplug` binary as a child process, for tests that measure the server
+//! itself: its memory (`/proc/<pid>/status`), its descriptors, its log lines.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A running `tensorplug serve`, killed on drop.
+pub struct ServerProcess {
+    pub address: SocketAddr,
+    pub client: reqwest::Client,
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl ServerProcess {
+    /// Serves `repository` on a free loopback port with `extra` flags, and waits until
+    /// it is live.
+    pub async fn spawn(repository: &Path, extra: &[&str]) -> Self {
+        super::require_plugins(repository);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tensorplug"))
+            .arg("serve")
+            .arg(repository)
+            .args(["--host", "127.0.0.1", "--http-port", "0", "--no-cache", "--log", "info"])
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the tensorplug binary");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for stream in [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).split(b'\n').map_while(Result::ok) {
+                    log.lock().unwrap().push(String::from_utf8_lossy(&line).into_owned());
+                }
+            });
+        }
+        let started = Instant::now();
+        let address = loop {
+            let found = log.lock().unwrap().iter().find_map(|line| {
+                line.split("address=")
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            });
+            if let Some(address) = found {
+                break address;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("the server exited with {status}: {:?}", log.lock().unwrap());
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the server did not start: {:?}",
+                log.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let server = Self {
+            address,
+            client: reqwest::Client::new(),
+            child,
+            log,
+        };
+        for _ in 0..600 {
+            if let Ok(r) = server.client.get(server.url("/v2/health/ready")).send().await {
+                if r.status().is_success() {
+                    return server;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the server never became ready: {:?}", server.log());
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.address, path)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Every line the server has written so far (stdout and stderr).
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Sends SIGTERM: the server should drain and exit.
+    pub fn terminate(&self) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+    }
+
+    /// Waits up to `within` for the process to exit; its exit status if it did.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let started = Instant::now();
+        while started.elapsed() < within {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
+    }
+
+    /// Whether the process is still running.
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn status_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("read /proc/<pid>/status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{field} missing from /proc/<pid>/status"))
+    }
+
+    /// Resident memory now, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    /// Peak resident memory since the last [`Self::reset_peak_rss`], in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        self.status_kib("VmHWM:")
+    }
+
+    /// Starts measuring the peak afresh (Linux: writing 5 to clear_refs resets VmHWM).
+    pub fn reset_peak_rss(&self) {
+        std::fs::write(format!("/proc/{}/clear_refs", self.pid()), "5").expect("reset the peak RSS");
+    }
+
+    /// Sends raw bytes on a fresh connection and returns everything the server answered
+    /// until it closed the connection or `within` passed.
+    pub async fn raw_exchange(&self, request: &[u8], within: Duration) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(self.address).await.expect("connect");
+        stream.write_all(request).await.expect("send");
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(within, stream.read_to_end(&mut answer)).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
