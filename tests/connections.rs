@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use common::output;
-use tensorplug::config::{Cli, ConnectionArgs, ServeConfig};
+use tensorplug::app::config::{Cli, ConnectionArgs, ServeConfig};
 
 /// The longest any single wait of these tests may take.
 const BOUND: Duration = Duration::from_secs(10);
@@ -63,11 +63,11 @@ impl Examples {
         let mut config = ServeConfig::for_repository(common::root().join("examples/models"));
         config.connections = connections;
         common::require_plugins(&config.repository);
-        tensorplug::telemetry::init(&std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()));
+        tensorplug::app::telemetry::init(&std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(tensorplug::server::run(config, listener, async move {
+        let task = tokio::spawn(tensorplug::app::server::run(config, listener, async move {
             let _ = rx.await;
         }));
         // The listener is bound before the models load: this waits in its backlog.
@@ -339,7 +339,7 @@ async fn a_stalled_body_is_answered_408_and_closed_while_a_slow_one_in_time_is_s
 #[test]
 fn the_connection_flags_default_as_connection_args_and_refuse_zero_timeouts() {
     let Ok(Cli {
-        command: tensorplug::config::Command::Serve(config),
+        command: tensorplug::app::config::Command::Serve(config),
     }) = Cli::try_parse_from(["tensorplug", "serve"])
     else {
         panic!("serve parses");

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 use common::process::ServerProcess;
 use serde_json::{json, Value};
 
+/// The tests here each run a server process and push tens of MiB through it; measured
+/// one at a time, their timings and memory peaks are the server's, not their neighbours'.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn examples() -> PathBuf {
     common::root().join("examples/models")
 }
@@ -71,6 +75,7 @@ async fn refused_within_bounds(server: &mut ServerProcess, what: &str, body: Vec
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn costly_request_shapes_are_refused_within_a_memory_bound() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let mut server = ServerProcess::spawn(&examples(), &[]).await;
 
     // Many tiny inputs, each declaring a huge shape: this 7.5 MiB body used to abort the
@@ -143,6 +148,7 @@ fn digits_request(n: usize) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_values_are_echoed_bounded_in_answers_and_logs() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let server = ServerProcess::spawn(&examples(), &[]).await;
     let long = "n".repeat(MIB as usize);
     let mut named = digits_request(1);
@@ -174,6 +180,7 @@ async fn client_values_are_echoed_bounded_in_answers_and_logs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_bodies_decode_without_delaying_health_checks() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let server = ServerProcess::spawn(&examples(), &[]).await;
     // 30 MiB of JSON numbers, decoded in full, then refused for its unknown input.
     let mut body = String::from(r#"{"inputs":[{"name":"unknown","datatype":"FP64","shape":["#);
@@ -199,23 +206,32 @@ async fn large_bodies_decode_without_delaying_health_checks() {
     };
     let uploads = async {
         let mut statuses = Vec::new();
+        let mut quickest = Duration::MAX;
         for _ in 0..3 {
             let (a, b) = tokio::join!(
                 post(&server, "/v2/models/digits/infer", body.to_vec()),
                 post(&server, "/v2/models/digits/infer", body.to_vec())
             );
             statuses.push((a.0, b.0));
+            quickest = quickest.min(a.2).min(b.2);
         }
-        statuses
+        (statuses, quickest)
     };
-    let (slowest, statuses) = tokio::join!(probe, uploads);
-    eprintln!("slowest /v2/health/live while decoding 30 MiB bodies: {slowest:?}");
+    let (slowest, (statuses, quickest_upload)) = tokio::join!(probe, uploads);
+    eprintln!(
+        "slowest /v2/health/live while decoding 30 MiB bodies: {slowest:?} (quickest upload and decode: {quickest_upload:?})"
+    );
     assert!(statuses.iter().all(|s| *s == (400, 400)), "{statuses:?}");
-    assert!(slowest < Duration::from_millis(300), "a health check took {slowest:?}");
+    // Decoding on an async worker held health checks up for about as long as a decode
+    // (two at once took both workers); off the workers, a health check waits only for a
+    // scheduler slice. Relative to the decode time, the bound holds on a loaded machine.
+    let bound = (quickest_upload / 4).max(Duration::from_millis(100));
+    assert!(slowest < bound, "a health check took {slowest:?} (bound {bound:?})");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn media_types_and_codings_the_server_cannot_read_get_415() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let server = ServerProcess::spawn(&examples(), &[]).await;
     let body = digits_request(1).to_string();
     let send = |content_type: Option<&'static str>, encoding: Option<&'static str>| {
@@ -273,6 +289,7 @@ async fn mutated_requests_get_a_4xx_or_an_answer_never_a_crash() {
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
 
+    let _alone = ONE_AT_A_TIME.lock().await;
     let mut server = ServerProcess::spawn(&examples(), &[]).await;
     let good = serde_json::to_vec(&json!({
         "id": "a", "parameters": {"timeout": 1000000},

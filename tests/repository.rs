@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{output_f32, request, TestServer};
 use serde_json::{json, Value};
-use tensorplug::config::{ModelControl, RepositoryApi, ServeConfig};
+use tensorplug::app::config::{ModelControl, RepositoryApi, ServeConfig};
 
 const INFER: &str = "/v2/models/faulty/infer";
 

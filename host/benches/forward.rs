@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use digits_model::{forward, Weights, CLASSES, INPUTS};
-use tensorplug::runtime::{deadline_ticks, Runtime, SandboxLimits, StageKind, StageTag, StageTemplate};
-use tensorplug::tensor::{DataType, Tensor};
+use tensorplug::model::tensor::{DataType, Tensor};
+use tensorplug::model::StageKind;
+use tensorplug::runtime::{deadline_ticks, Runtime, SandboxLimits, StageTag, StageTemplate};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")

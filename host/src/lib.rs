@@ -1,30 +1,27 @@
 //! tensorplug: an inference server whose models are sandboxed WebAssembly plugins.
 //!
-//! Layers, with arrows pointing one way:
-//! - **edge** — [`http`] (REST routes), [`config`] (the command line), [`server`] (startup
-//!   and graceful shutdown), [`error`] (request-level errors and their status);
-//! - **protocol** — [`protocol`] (the Open Inference Protocol's JSON and binary wire
-//!   format), [`items`] (requests to items and outcomes back to answers);
-//! - **serving** — [`serving`] (the repository of live models, the dynamic batcher, the
-//!   instance pool) and [`model_config`] (`model.toml`);
-//! - **pipeline** — [`pipeline`] (preprocess → predict → postprocess with per-item
-//!   outcomes and trap isolation);
-//! - **runtime** — [`runtime`] (wasmtime: compiling, sandboxing, calling plugins).
+//! Layers, top to bottom; a module imports only from the layers below it (the test
+//! `layers_import_downwards` below checks it):
 //!
-//! [`tensor`] and [`outcome`] are the vocabulary every layer shares.
+//! | layer | owns |
+//! | --- | --- |
+//! | [`app`] | the command line, server start-up and graceful shutdown, logging, `check` |
+//! | [`http`] | the REST edge: routes, connections and their limits, the HTTP status mapping |
+//! | [`api`] | what every edge asks of the server, independent of its wire format, and [`api::ServeError`] |
+//! | [`protocol`] | the Open Inference Protocol's wire format: request and response bodies |
+//! | [`serving`] | models in service: repository, batcher, instance threads, request ↔ items |
+//! | [`pipeline`] | loading a model; preprocess → predict → postprocess with per-item outcomes and trap bisection |
+//! | [`runtime`] | wasmtime: compiling, sandboxing and calling plugins |
+//! | [`model`] | the shared vocabulary: tensors, item outcomes, `model.toml`, stage kinds |
 
-pub mod check;
-pub mod config;
-pub mod error;
+pub mod api;
+pub mod app;
 pub mod http;
-pub mod items;
-pub mod model_config;
-pub mod outcome;
+pub mod model;
 pub mod pipeline;
 pub mod protocol;
 pub mod runtime;
-pub mod server;
 pub mod serving;
-pub mod shutdown;
-pub mod telemetry;
-pub mod tensor;
+
+#[cfg(test)]
+mod layers;

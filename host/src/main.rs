@@ -2,22 +2,22 @@
 //! chosen command. Everything else lives in the library.
 
 use clap::Parser;
-use tensorplug::config::{Cli, Command};
+use tensorplug::app::config::{Cli, Command};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(config) => {
-            tensorplug::telemetry::init(&config.log);
+            tensorplug::app::telemetry::init(&config.log);
             let address = std::net::SocketAddr::new(config.host, config.http_port);
             let listener = tokio::net::TcpListener::bind(address).await?;
-            tensorplug::server::run(config, listener, tensorplug::shutdown::signal()).await
+            tensorplug::app::server::run(config, listener, tensorplug::app::shutdown::signal()).await
         }
         Command::Check(config) => {
-            tensorplug::telemetry::init("error");
+            tensorplug::app::telemetry::init("error");
             let runtime = tensorplug::runtime::Runtime::new(config.cache.resolved_dir().as_deref())?;
-            let verdicts = tensorplug::check::check_repository(&config.repository, &runtime).await?;
+            let verdicts = tensorplug::app::check::check_repository(&config.repository, &runtime).await?;
             let mut broken = 0;
             for verdict in &verdicts {
                 match &verdict.result {

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use tensorplug::config::ServeConfig;
+use tensorplug::app::config::ServeConfig;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
@@ -56,13 +56,13 @@ impl TestServer {
 
     pub async fn start_with(config: ServeConfig) -> Self {
         require_plugins(&config.repository);
-        tensorplug::telemetry::init(&std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()));
+        tensorplug::app::telemetry::init(&std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
         let address = listener.local_addr().expect("local address");
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(tensorplug::server::run(config, listener, async move {
+        let task = tokio::spawn(tensorplug::app::server::run(config, listener, async move {
             let _ = rx.await;
         }));
         let server = Self {

@@ -6,7 +6,7 @@ use axum::http::{header, HeaderMap};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::response::HEADER_CONTENT_LENGTH;
-use crate::error::ServeError;
+use crate::api::error::ServeError;
 use crate::protocol::{clip, decode_request, InferRequest};
 
 /// Bodies larger than this are decoded on the blocking pool: a JSON body decodes at
@@ -82,7 +82,7 @@ pub fn header_usize(headers: &HeaderMap, name: &str) -> Result<Option<usize>, Se
         .map(Some)
         .ok_or_else(|| {
             let shown = clip(&String::from_utf8_lossy(value.as_bytes())).into_owned();
-            ServeError::InvalidInput(format!("header {name}: {shown:?} is not a byte count"))
+            ServeError::Unreadable(format!("header {name}: {shown:?} is not a byte count"))
         })
 }
 
@@ -96,7 +96,7 @@ pub async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ServeError::BodyTooLarge { limit }),
-        Err(e) => Err(ServeError::InvalidInput(format!("cannot read the request body: {e}"))),
+        Err(e) => Err(ServeError::Unreadable(format!("cannot read the request body: {e}"))),
     }
 }
 

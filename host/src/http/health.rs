@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::AppState;
-use crate::error::ServeError;
-use crate::protocol::{clip, ModelMetadata, ServerMetadata, TensorMetadata};
+use crate::api::find_model;
+use crate::protocol::{ModelMetadata, ServerMetadata, TensorMetadata};
 use crate::serving::Model;
 
 pub async fn server_metadata() -> Json<ServerMetadata> {
@@ -32,27 +32,9 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> StatusCode {
     }
 }
 
-/// The live version of `name`, checked against a requested version.
-pub fn find_model(state: &AppState, name: &str, version: Option<&str>) -> Result<Arc<Model>, ServeError> {
-    let model = state
-        .repository
-        .get(name)
-        .ok_or_else(|| ServeError::ModelNotFound(clip(name).into_owned()))?;
-    if let Some(version) = version {
-        if version != model.config.version {
-            return Err(ServeError::VersionNotFound {
-                model: clip(name).into_owned(),
-                version: clip(version).into_owned(),
-                live: model.config.version.clone(),
-            });
-        }
-    }
-    Ok(model)
-}
-
 fn metadata(model: &Model) -> ModelMetadata {
     let config = &model.config;
-    let describe = |specs: &[crate::model_config::TensorSpec]| {
+    let describe = |specs: &[crate::model::config::TensorSpec]| {
         specs
             .iter()
             .map(|spec| TensorMetadata {
@@ -79,14 +61,14 @@ pub struct ModelPath {
 }
 
 pub async fn model_metadata(State(state): State<Arc<AppState>>, Path(path): Path<ModelPath>) -> Response {
-    match find_model(&state, &path.model, path.version.as_deref()) {
+    match find_model(&state.repository, &path.model, path.version.as_deref()) {
         Ok(model) => Json(metadata(&model)).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
 pub async fn model_ready(State(state): State<Arc<AppState>>, Path(path): Path<ModelPath>) -> Response {
-    match find_model(&state, &path.model, path.version.as_deref()) {
+    match find_model(&state.repository, &path.model, path.version.as_deref()) {
         Ok(_) => StatusCode::OK.into_response(),
         Err(e) => e.into_response(),
     }
@@ -95,7 +77,7 @@ pub async fn model_ready(State(state): State<Arc<AppState>>, Path(path): Path<Mo
 /// `GET /v2/models/{m}/stats`: Triton's statistics extension (the counts it defines),
 /// plus tensorplug's own counters under `tensorplug`.
 pub async fn model_stats(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
-    let model = match find_model(&state, &name, None) {
+    let model = match find_model(&state.repository, &name, None) {
         Ok(model) => model,
         Err(e) => return e.into_response(),
     };

@@ -1,7 +1,6 @@
-//! `POST /v2/models/{m}[/versions/{v}]/infer`.
+//! `POST /v2/models/{m}[/versions/{v}]/infer`: decode, infer, encode.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -10,13 +9,14 @@ use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
 
 use super::body::{check_media, decode, read_body};
-use super::health::{find_model, ModelPath};
+use super::health::ModelPath;
 use super::response::{self, HEADER_CONTENT_LENGTH};
+use super::status::{item_status, status_of};
 use super::AppState;
-use crate::error::ServeError;
-use crate::items::{assemble, split_request, Answer};
-use crate::outcome::ItemOutcome;
+use crate::api::{self, ServeError};
+use crate::model::outcome::ItemOutcome;
 use crate::protocol::{clip, encode_multi_status, encode_response, OutputOptions};
+use crate::serving::items::Answer;
 
 pub async fn infer(
     State(state): State<Arc<AppState>>,
@@ -42,7 +42,7 @@ async fn handle(
     match result {
         Ok(response) => response,
         Err(error) => {
-            span.in_scope(|| tracing::info!(status = error.http_status().as_u16(), "request failed: {error}"));
+            span.in_scope(|| tracing::info!(status = status_of(&error).as_u16(), "request failed: {error}"));
             error.into_response()
         }
     }
@@ -55,7 +55,7 @@ async fn run(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ServeError> {
-    let model = find_model(state, name, version)?;
+    let model = api::find_model(&state.repository, name, version)?;
     check_media(headers)?;
     let body = read_body(body, headers, state.max_body_bytes).await?;
     let request = decode(body, headers).await?;
@@ -64,34 +64,13 @@ async fn run(
         span.record("id", &*clip(id));
     }
 
-    let config = &model.config;
     let options = OutputOptions::from_request(&request);
-    for requested in &request.outputs {
-        if !config.outputs.is_empty() && !config.outputs.iter().any(|o| o.name == requested.name) {
-            return Err(ServeError::InvalidInput(format!(
-                "unknown output '{}' requested: model '{}' answers {}",
-                requested.name,
-                config.name,
-                config
-                    .outputs
-                    .iter()
-                    .map(|o| o.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-    }
-    let timeout = request
-        .timeout_us()?
-        .map(Duration::from_micros)
-        .unwrap_or(config.limits.request_timeout);
     let id = request.id.clone();
-    let items = split_request(config, request.inputs)?;
-    span.record("items", items.len());
-
-    let outcomes = model.infer(items, timeout).await?;
+    let inference = api::infer(&model, request).await?;
+    span.record("items", inference.items);
+    let config = &model.config;
     let (model_name, model_version) = (config.name.as_str(), config.version.as_str());
-    Ok(match assemble(config, outcomes) {
+    Ok(match inference.answer {
         Answer::Success(outputs) => {
             let encoded = encode_response(model_name, model_version, id.as_deref(), &outputs, &options);
             let mut response = match encoded.json_header_len {
@@ -112,7 +91,7 @@ async fn run(
             response
         }
         Answer::Failure(error) => {
-            let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let status = item_status(&error);
             tracing::info!(status = error.status, "item failed: {}", error.message);
             response::error(status, &error.message)
         }

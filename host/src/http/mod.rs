@@ -10,6 +10,7 @@ mod infer;
 mod metrics;
 mod repository;
 mod response;
+pub mod status;
 
 use std::sync::Arc;
 
@@ -26,11 +27,7 @@ pub struct AppState {
     /// Largest accepted request body, in bytes (413 beyond).
     pub max_body_bytes: usize,
     /// Who may use `/v2/repository/...`.
-    pub repository_api: crate::config::RepositoryApi,
-    /// Whether models may be loaded and unloaded while running.
-    pub model_control: crate::config::ModelControl,
-    /// Bearer token the repository API demands, if any.
-    pub admin_token: Option<String>,
+    pub repository_access: crate::api::repository::RepositoryAccess,
     /// The REST port's connection counters, for `GET /metrics`.
     pub connections: Arc<connections::ConnectionStats>,
 }

@@ -3,7 +3,6 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ServeError;
 use crate::protocol::encode_error;
 
 /// The V2 header that gives the JSON part's length in a binary-extension body.
@@ -22,17 +21,4 @@ pub fn json(status: StatusCode, body: Vec<u8>) -> Response {
 /// `{"error": message}` with a status.
 pub fn error(status: StatusCode, message: &str) -> Response {
     json(status, encode_error(message))
-}
-
-impl IntoResponse for ServeError {
-    fn into_response(self) -> Response {
-        let status = self.http_status();
-        let mut response = error(status, &self.to_string());
-        if let Some(seconds) = self.retry_after() {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-        }
-        response
-    }
 }

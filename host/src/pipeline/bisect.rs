@@ -10,9 +10,9 @@
 //! The algorithm only needs a stage that hands out a live instance and replaces it after
 //! a trap, so it is tested here with a fake stage.
 
-use crate::outcome::{ItemError, ItemOutcome};
+use crate::model::outcome::{ItemError, ItemOutcome};
+use crate::model::tensor::Item;
 use crate::runtime::Trapped;
-use crate::tensor::Item;
 
 /// What bisection needs of a stage.
 pub(crate) trait Stage {
@@ -99,7 +99,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::tensor::{DataType, Tensor};
+    use crate::model::tensor::{DataType, Tensor};
 
     /// A stage whose instance is a number that grows with each replacement.
     #[derive(Default)]

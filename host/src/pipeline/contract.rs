@@ -4,10 +4,10 @@
 //! bisected like a trap.
 
 use super::bisect::{CallFailure, Indexed};
-use crate::model_config::TensorSpec;
-use crate::outcome::ItemOutcome;
+use crate::model::config::TensorSpec;
+use crate::model::outcome::ItemOutcome;
+use crate::model::tensor::Item;
 use crate::runtime::StageInstance;
-use crate::tensor::Item;
 
 /// preprocess/postprocess: one result per item.
 pub(crate) fn map_items(
@@ -16,6 +16,8 @@ pub(crate) fn map_items(
     declared: &[TensorSpec],
 ) -> Result<Vec<ItemOutcome>, CallFailure> {
     let kind = instance.template().kind();
+    // A copy goes in: after a trap the items must be re-run (bisection), and what crosses
+    // into the plugin does not come back.
     let sent: Vec<Item> = items.iter().map(|(_, item)| item.clone()).collect();
     let results = instance.map_items(sent).map_err(CallFailure::Trapped)?;
     if results.len() != items.len() {

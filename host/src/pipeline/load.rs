@@ -7,8 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{PipelineInstance, PipelineTemplate};
-use crate::model_config::{ConfigError, ModelConfig, MODEL_FILE};
-use crate::runtime::{deadline_ticks, Runtime, RuntimeError, SandboxLimits, StageKind, StageTag, StageTemplate};
+use crate::model::config::{ConfigError, ModelConfig, MODEL_FILE};
+use crate::model::StageKind;
+use crate::runtime::{deadline_ticks, Runtime, RuntimeError, SandboxLimits, StageTag, StageTemplate};
 
 /// Why a model version could not be loaded.
 #[derive(Debug, thiserror::Error)]

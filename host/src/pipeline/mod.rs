@@ -36,10 +36,10 @@ use contract::map_items;
 use predict::run_predict;
 use slot::Slot;
 
-use crate::model_config::TensorSpec;
-use crate::outcome::{ItemError, ItemOutcome};
+use crate::model::config::TensorSpec;
+use crate::model::outcome::{ItemError, ItemOutcome};
+use crate::model::tensor::Item;
 use crate::runtime::{RuntimeError, StageInstance, StageTemplate};
-use crate::tensor::Item;
 
 /// The compiled stages of one model version; instances are made from it.
 pub struct PipelineTemplate {

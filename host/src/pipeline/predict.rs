@@ -4,10 +4,10 @@
 use super::bisect::{run_bisected, CallFailure, Indexed};
 use super::contract::check_declared;
 use super::slot::Slot;
-use crate::model_config::TensorSpec;
-use crate::outcome::{ItemError, ItemOutcome};
+use crate::model::config::TensorSpec;
+use crate::model::outcome::{ItemError, ItemOutcome};
+use crate::model::tensor::{Item, Tensor};
 use crate::runtime::{Prediction, StageInstance};
-use crate::tensor::{Item, Tensor};
 
 /// Groups items by their per-item shapes and runs each group through predict.
 pub(crate) fn run_predict(slot: &mut Slot, items: Vec<Indexed>, declared: &[TensorSpec]) -> Vec<(usize, ItemOutcome)> {
@@ -32,7 +32,7 @@ fn group_by_shape(items: Vec<Indexed>) -> Vec<Vec<Indexed>> {
     groups.into_iter().map(|(_, members)| members).collect()
 }
 
-type Signature = (String, crate::tensor::DataType, Vec<u64>);
+type Signature = (String, crate::model::tensor::DataType, Vec<u64>);
 
 fn signature(item: &Item) -> Vec<Signature> {
     item.iter()
@@ -98,7 +98,7 @@ fn split_prediction(prediction: Prediction, n: usize) -> Result<Vec<ItemOutcome>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::DataType;
+    use crate::model::tensor::DataType;
 
     fn item(shape: &[u64]) -> Item {
         let count = shape.iter().product::<u64>() as usize;

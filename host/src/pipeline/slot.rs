@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::bisect::Stage;
-use crate::outcome::ItemError;
+use crate::model::outcome::ItemError;
 use crate::runtime::{RuntimeError, StageInstance, StageTemplate, Trapped};
 
 /// One stage's live instance, replaced after every trap.

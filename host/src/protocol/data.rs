@@ -15,7 +15,7 @@ use half::f16;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::error::{render_f64, render_str, ProtocolError};
-use crate::tensor::{push_bytes_element, DataType};
+use crate::model::tensor::{push_bytes_element, DataType};
 
 /// The first thing wrong with an input's `data`.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! [`ProtocolError`]: everything that can be wrong with a V2 request body, worded for the
 //! client that sent it, plus the helpers that render offending JSON values into messages.
 //!
-//! Every variant is a client error (HTTP 400 / gRPC INVALID_ARGUMENT). Messages name the
+//! Every variant is a client error (the edges answer it as one: HTTP 400). Messages name the
 //! input (`input 'x'`) when its name is known, else its position (`inputs[2]`).
 
 use std::borrow::Cow;
@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use serde_json::value::RawValue;
 
 use super::limits::QUOTE_LIMIT;
-use crate::tensor::{DataType, TensorError};
+use crate::model::tensor::{DataType, TensorError};
 
 /// Why a V2 request body was rejected.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -124,18 +124,13 @@ pub enum ProtocolError {
     /// The same parameter twice in one `parameters` object.
     #[error("{at}: parameter {name} appears more than once")]
     DuplicateParameter { at: String, name: String },
-    /// A tensor failed [`crate::tensor::Tensor::validate`] (not expected after the checks
+    /// A tensor failed [`crate::model::tensor::Tensor::validate`] (not expected after the checks
     /// above; kept so no inconsistent tensor can slip through).
     #[error("input {0}")]
     Tensor(#[from] TensorError),
 }
 
 impl ProtocolError {
-    /// The HTTP status for this error: always 400, the request is malformed.
-    pub fn status(&self) -> u16 {
-        400
-    }
-
     /// Wraps a `serde_json` error raised while reading the JSON header.
     pub(crate) fn json(error: &serde_json::Error) -> ProtocolError {
         let full = error.to_string();

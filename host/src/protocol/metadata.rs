@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::tensor::DataType;
+use crate::model::tensor::DataType;
 
 /// `GET /v2`: `{"name": ..., "version": ..., "extensions": [...]}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

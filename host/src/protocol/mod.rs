@@ -2,7 +2,7 @@
 //! bodies out, metadata bodies. Pure data conversion — no HTTP types, no plugin runtime.
 //!
 //! - [`decode_request`]: JSON (or JSON + binary tensor data) → [`InferRequest`] of
-//!   validated [`Tensor`](crate::tensor::Tensor)s, or a [`ProtocolError`] worded for the
+//!   validated [`Tensor`](crate::model::tensor::Tensor)s, or a [`ProtocolError`] worded for the
 //!   client (always HTTP 400).
 //! - [`encode_response`], [`encode_multi_status`], [`encode_error`]: response bodies.
 //! - [`ServerMetadata`], [`ModelMetadata`]: metadata bodies.

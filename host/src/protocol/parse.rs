@@ -23,7 +23,7 @@ use serde_json::value::RawValue;
 use super::data::{DataSeed, DataState};
 use super::error::ProtocolError;
 use super::limits::{MAX_DIMS, MAX_INPUTS, MAX_NAME_BYTES};
-use crate::tensor::DataType;
+use crate::model::tensor::DataType;
 
 /// The top-level JSON value of a request.
 #[derive(Debug)]

@@ -31,7 +31,7 @@ use super::error::{render_raw, ProtocolError};
 use super::limits::{MAX_DIMS, MAX_ID_BYTES, MAX_NAME_BYTES, MAX_OUTPUTS, MAX_PARAMETERS, MAX_PARAMETER_STRING_BYTES};
 use super::parameters::{ParameterValue, Parameters};
 use super::parse::{self, known_datatype, RawBody, RawData, RawFields, RawInput, RawInputs, Skip};
-use crate::tensor::{bytes_element_offsets, element_count, DataType, Tensor};
+use crate::model::tensor::{bytes_element_offsets, element_count, DataType, Tensor};
 
 /// Parameters of the shared-memory and classification extensions, which are not supported
 /// and are rejected rather than silently ignored.

@@ -4,9 +4,9 @@ use half::f16;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::model::tensor::push_bytes_element;
 use crate::protocol::ParameterValue;
 use crate::protocol::{encode_response, OutputOptions};
-use crate::tensor::push_bytes_element;
 
 fn decode(body: &str) -> Result<InferRequest, ProtocolError> {
     decode_request(body.as_bytes(), None)

@@ -11,8 +11,8 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::request::InferRequest;
 use super::tensor_json::JsonOutput;
-use crate::outcome::ItemOutcome;
-use crate::tensor::Tensor;
+use crate::model::outcome::ItemOutcome;
+use crate::model::tensor::Tensor;
 
 /// Which outputs a response carries, and how.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

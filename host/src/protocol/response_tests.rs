@@ -3,9 +3,9 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::outcome::ItemError;
+use crate::model::outcome::ItemError;
+use crate::model::tensor::{push_bytes_element, DataType};
 use crate::protocol::decode_request;
-use crate::tensor::{push_bytes_element, DataType};
 
 fn fp32(name: &str, shape: &[u64], values: &[f32]) -> Tensor {
     Tensor {

@@ -14,7 +14,7 @@
 use half::f16;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
-use crate::tensor::{bytes_elements, DataType, Tensor};
+use crate::model::tensor::{bytes_elements, DataType, Tensor};
 
 /// One output as it appears in a response's `outputs` array.
 pub(crate) struct JsonOutput<'a> {

@@ -1,9 +1,11 @@
 //! Moves tensors across the WIT boundary: host [`Tensor`]s to the generated binding types
-//! and back. Data buffers are moved, never copied.
+//! and back. The conversion itself moves data buffers rather than copying them; what is
+//! handed over is gone from the host's side, which is why the pipeline keeps a copy of
+//! the items of an item-wise call (to re-run them should the call trap).
 
 use super::bindings::types as wit;
-use crate::outcome::ItemError;
-use crate::tensor::{DataType, Tensor};
+use crate::model::outcome::ItemError;
+use crate::model::tensor::{DataType, Tensor};
 
 pub fn to_wit_datatype(datatype: DataType) -> wit::Datatype {
     match datatype {

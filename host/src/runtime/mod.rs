@@ -12,7 +12,7 @@ mod stage;
 mod store;
 
 pub use engine::{deadline_ticks, Runtime, EPOCH_TICK};
-pub use stage::{Prediction, StageInstance, StageKind, StageTemplate, Trapped};
+pub use stage::{Prediction, StageInstance, StageTemplate, Trapped};
 pub use store::{SandboxLimits, StageTag, MODEL_DIR_GUEST_PATH};
 
 use std::path::PathBuf;

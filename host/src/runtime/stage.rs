@@ -18,32 +18,16 @@ use super::bindings::types as wit;
 use super::convert::{from_wit, from_wit_error, to_wit};
 use super::store::{new_store, SandboxLimits, StageTag, StoreState};
 use super::{Runtime, RuntimeError};
-use crate::outcome::ItemError;
-use crate::tensor::{Item, Tensor};
+use crate::model::outcome::ItemError;
+use crate::model::tensor::{Item, Tensor};
+use crate::model::StageKind;
 
-/// The three kinds of stage, one per WIT world.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum StageKind {
-    Preprocess,
-    Predict,
-    Postprocess,
-}
-
-impl StageKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            StageKind::Preprocess => "preprocess",
-            StageKind::Predict => "predict",
-            StageKind::Postprocess => "postprocess",
-        }
-    }
-
-    fn world(self) -> &'static str {
-        match self {
-            StageKind::Preprocess => "preprocessor",
-            StageKind::Predict => "predictor",
-            StageKind::Postprocess => "postprocessor",
-        }
+/// The WIT world each kind of stage implements.
+fn world(kind: StageKind) -> &'static str {
+    match kind {
+        StageKind::Preprocess => "preprocessor",
+        StageKind::Predict => "predictor",
+        StageKind::Postprocess => "postprocessor",
     }
 }
 
@@ -124,7 +108,7 @@ impl StageTemplate {
             ))
         })?;
         let wrong_world =
-            |e: wasmtime::Error| load_error(format!("does not implement the `{}` world: {e:#}", kind.world()));
+            |e: wasmtime::Error| load_error(format!("does not implement the `{}` world: {e:#}", world(kind)));
         let pre = match kind {
             StageKind::Preprocess => Pre::Preprocess(PreprocessorPre::new(instance_pre).map_err(wrong_world)?),
             StageKind::Predict => Pre::Predict(PredictorPre::new(instance_pre).map_err(wrong_world)?),

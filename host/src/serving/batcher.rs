@@ -19,8 +19,8 @@ use tokio::time::Instant;
 
 use super::instances::Job;
 use super::stats::ModelStats;
-use crate::outcome::ItemOutcome;
-use crate::tensor::Item;
+use crate::model::outcome::ItemOutcome;
+use crate::model::tensor::Item;
 
 /// An item waiting in the queue.
 pub struct QueuedItem {
@@ -192,7 +192,7 @@ fn drain_ready(receiver: &mut mpsc::UnboundedReceiver<QueuedItem>, batch: &mut V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::{DataType, Tensor};
+    use crate::model::tensor::{DataType, Tensor};
 
     struct Harness {
         handle: BatcherHandle,

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::stats::ModelStats;
-use crate::outcome::{ItemError, ItemOutcome};
+use crate::model::outcome::{ItemError, ItemOutcome};
+use crate::model::tensor::Item;
 use crate::pipeline::PipelineInstance;
-use crate::tensor::Item;
 
 /// A batch for one instance.
 pub struct Job {

@@ -1,8 +1,10 @@
-//! Serving: loaded models, their batchers and instance pools, and the repository that
-//! maps names to live versions.
+//! Serving: models in service (their batchers and instance threads), the repository
+//! that maps names to live versions and watches the folder, and the mapping between a
+//! request's tensors and its items.
 
 mod batcher;
 mod instances;
+pub mod items;
 mod model;
 mod repository;
 mod stats;

@@ -9,10 +9,10 @@ use tokio::time::Instant;
 use super::batcher::{BatchPolicy, BatcherHandle, SubmitError};
 use super::instances::{spawn_workers, Completion};
 use super::stats::ModelStats;
-use crate::model_config::ModelConfig;
-use crate::outcome::{ItemError, ItemOutcome};
+use crate::model::config::ModelConfig;
+use crate::model::outcome::{ItemError, ItemOutcome};
+use crate::model::tensor::Item;
 use crate::pipeline::LoadedModel;
-use crate::tensor::Item;
 
 /// Why a model version could not be loaded and started.
 #[derive(Debug, thiserror::Error)]

@@ -14,7 +14,7 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 
 use super::model::{LoadError, Model};
-use crate::model_config::{is_valid_model_name, MODEL_FILE};
+use crate::model::config::{is_valid_model_name, MODEL_FILE};
 use crate::pipeline::LoadedModel;
 use crate::runtime::{Runtime, RuntimeError};
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::runtime::StageKind;
-use crate::tensor::DataType;
+use super::StageKind;
+use crate::model::tensor::DataType;
 
 /// The file every model folder must have.
 pub const MODEL_FILE: &str = "model.toml";

@@ -4,7 +4,7 @@
 //! contract violations, the batcher adds queue timeouts, and the edge turns outcomes into
 //! 200/207/4xx/5xx responses.
 
-use crate::tensor::Item;
+use crate::model::tensor::Item;
 
 /// Why one item failed.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,7 +14,8 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-use crate::config::{ModelControl, RepositoryApi, ServeConfig};
+use crate::api::repository::{ModelControl, RepositoryAccess, RepositoryApi};
+use crate::app::config::ServeConfig;
 use crate::http::connections::{self, ConnectionStats, Limits};
 use crate::http::{router, AppState};
 use crate::runtime::Runtime;
@@ -27,7 +28,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     // First, so that model loads get the raised descriptor limit too.
-    let limits = Limits::establish(&config.connections);
+    let limits = Limits::establish(config.connections.limits());
     let cache_dir = config.cache.resolved_dir();
     let runtime = Runtime::new(cache_dir.as_deref()).context("starting the wasm runtime")?;
     let repository = Arc::new(Repository::new(&config.repository, runtime));
@@ -58,9 +59,11 @@ pub async fn run(
     let state = Arc::new(AppState {
         repository: repository.clone(),
         max_body_bytes: usize::try_from(config.max_body_bytes).unwrap_or(usize::MAX),
-        repository_api: config.repository_api,
-        model_control: config.model_control,
-        admin_token: config.admin_token.clone(),
+        repository_access: RepositoryAccess {
+            api: config.repository_api,
+            model_control: config.model_control,
+            admin_token: config.admin_token.clone(),
+        },
         connections: connection_stats.clone(),
     });
     let address = listener.local_addr()?;

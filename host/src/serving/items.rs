@@ -1,27 +1,44 @@
 //! From a request's tensors to items, and from items' outcomes back to one answer.
 //!
-//! Shared by every edge (REST, gRPC, the in-process CLI): checks inputs against the
-//! model's declared inputs, splits a batching model's request along its leading
-//! dimension, and decides whether the request's answer is a plain success, one error, or
-//! a per-item (multi-status) answer.
+//! Whatever edge a request came through: checks inputs against the model's declared
+//! inputs, splits a batching model's request along its leading dimension, and decides
+//! whether the request's answer is a plain success, one error, or a per-item
+//! (multi-status) answer.
 
-use crate::error::ServeError;
-use crate::model_config::ModelConfig;
-use crate::outcome::{ItemError, ItemOutcome};
-use crate::tensor::{Item, Tensor};
+use crate::model::config::ModelConfig;
+use crate::model::outcome::{ItemError, ItemOutcome};
+use crate::model::tensor::{Item, Tensor};
+
+/// Why a request does not fit its model (a client error).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("unknown input '{name}': model '{model}' takes {}", .inputs.join(", "))]
+    UnknownInput {
+        name: String,
+        model: String,
+        inputs: Vec<String>,
+    },
+    #[error("unknown output '{name}' requested: model '{model}' answers {}", .outputs.join(", "))]
+    UnknownOutput {
+        name: String,
+        model: String,
+        outputs: Vec<String>,
+    },
+    /// A datatype, shape or batch dimension the model does not take.
+    #[error("{0}")]
+    Mismatch(String),
+}
 
 /// Checks `inputs` against the model's declared inputs and splits them into items.
-pub fn split_request(config: &ModelConfig, mut inputs: Vec<Tensor>) -> Result<Vec<Item>, ServeError> {
-    let invalid = ServeError::InvalidInput;
+pub fn split_request(config: &ModelConfig, mut inputs: Vec<Tensor>) -> Result<Vec<Item>, RequestError> {
+    let invalid = RequestError::Mismatch;
     for tensor in &inputs {
         let Some(spec) = config.inputs.iter().find(|s| s.name == tensor.name) else {
-            let names: Vec<&str> = config.inputs.iter().map(|s| s.name.as_str()).collect();
-            return Err(invalid(format!(
-                "unknown input '{}': model '{}' takes {}",
-                tensor.name,
-                config.name,
-                names.join(", ")
-            )));
+            return Err(RequestError::UnknownInput {
+                name: tensor.name.clone(),
+                model: config.name.clone(),
+                inputs: config.inputs.iter().map(|s| s.name.clone()).collect(),
+            });
         };
         if tensor.datatype != spec.datatype {
             return Err(invalid(format!(
@@ -163,7 +180,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::tensor::DataType;
+    use crate::model::tensor::DataType;
 
     fn config(batching: &str) -> ModelConfig {
         let text = format!(

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+pub use crate::api::repository::{ModelControl, RepositoryApi};
+
 /// An inference server whose models are sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
 #[command(name = "tensorplug", version, about)]
@@ -21,35 +23,6 @@ pub enum Command {
     /// Validate every model folder of a repository: parse each model.toml, compile every
     /// stage and run each stage's init. Exits non-zero when any model is broken.
     Check(CheckConfig),
-}
-
-/// How the set of served models may change while the server runs (as Triton's
-/// `--model-control-mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ModelControl {
-    /// Load every model at start, and reload a model whenever its folder changes.
-    Poll,
-    /// Load only `--load-model` models at start; change models through the repository API.
-    Explicit,
-    /// Load every model at start; nothing changes afterwards.
-    None,
-}
-
-/// Who may use the repository API (`/v2/repository/...`).
-///
-/// Loading and unloading change what every client is served, so by default they need
-/// the admin token: anyone who could reach the port could otherwise unload a model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum RepositoryApi {
-    /// The index is served; load and unload need `--admin-token` (refused without one).
-    #[value(alias = "true")]
-    On,
-    /// Load and unload are allowed without a token (unless one is set): for trusted
-    /// networks only; the server warns at start.
-    Open,
-    /// Nothing under /v2/repository is served.
-    #[value(alias = "false")]
-    Off,
 }
 
 /// Settings of `tensorplug check`.
@@ -215,6 +188,17 @@ impl ConnectionArgs {
     pub const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
     /// Longest accepted timeout (a day): keeps deadline arithmetic far from overflow.
     pub const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+
+    /// The connection limits these flags ask for (the server may lower the cap to fit
+    /// its descriptor limit).
+    pub fn limits(&self) -> crate::http::connections::Limits {
+        crate::http::connections::Limits {
+            header_read_timeout: self.header_read_timeout(),
+            body_read_timeout: self.body_read_timeout(),
+            idle_timeout: self.idle_timeout(),
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+        }
+    }
 
     pub fn header_read_timeout(&self) -> Duration {
         Duration::from_millis(self.header_read_timeout_ms)

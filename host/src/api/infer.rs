@@ -1,0 +1,65 @@
+//! One inference request, from decoded tensors to its answer: the model and version
+//! looked up, the requested outputs and the timeout checked, the request split into
+//! items, the items run through the model's batcher, and the outcomes assembled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::error::ServeError;
+use crate::protocol::{clip, InferRequest};
+use crate::serving::items::{assemble, split_request, Answer, RequestError};
+use crate::serving::{Model, Repository};
+
+/// The live version of `name`, checked against a requested version.
+pub fn find_model(repository: &Repository, name: &str, version: Option<&str>) -> Result<Arc<Model>, ServeError> {
+    let model = repository
+        .get(name)
+        .ok_or_else(|| ServeError::ModelNotFound(clip(name).into_owned()))?;
+    if let Some(version) = version {
+        if version != model.config.version {
+            return Err(ServeError::VersionNotFound {
+                model: clip(name).into_owned(),
+                version: clip(version).into_owned(),
+                live: model.config.version.clone(),
+            });
+        }
+    }
+    Ok(model)
+}
+
+/// A request's answer, with what the edge needs to encode it.
+pub struct Inference {
+    pub answer: Answer,
+    /// Items the request was split into.
+    pub items: usize,
+}
+
+/// Runs `request` through `model`.
+pub async fn infer(model: &Model, request: InferRequest) -> Result<Inference, ServeError> {
+    let config = &model.config;
+    if !config.outputs.is_empty() {
+        if let Some(unknown) = request
+            .outputs
+            .iter()
+            .find(|requested| !config.outputs.iter().any(|o| o.name == requested.name))
+        {
+            return Err(RequestError::UnknownOutput {
+                name: unknown.name.clone(),
+                model: config.name.clone(),
+                outputs: config.outputs.iter().map(|o| o.name.clone()).collect(),
+            }
+            .into());
+        }
+    }
+    let timeout = request
+        .timeout_us()?
+        .map(Duration::from_micros)
+        .unwrap_or(config.limits.request_timeout);
+    let items = split_request(config, request.inputs)?;
+    let count = items.len();
+    let outcomes = model.infer(items, timeout).await?;
+    Ok(Inference {
+        answer: assemble(config, outcomes),
+        items: count,
+    })
+}

@@ -1,0 +1,243 @@
+//! A connection's watchdog: where the connection stands (waiting for a request, reading
+//! one, requests in flight, its writes blocked) and which timeout is due next.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::limits::Limits;
+use super::stats::Timeout;
+
+/// Where a connection stands, as its watchdog needs to know: written by the connection's
+/// reads and writes and by its requests' start and end.
+pub(super) struct Activity {
+    phase: Mutex<Phase>,
+    /// Woken whenever a deadline may have come nearer; the watchdog then re-reads `phase`.
+    changed: Notify,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Phase {
+    /// Requests handed to the router whose response has not been sent yet.
+    in_flight: usize,
+    /// When the connection last became ready for a request: its accept, the end of the
+    /// last response, or the last progress of a blocked write after it.
+    ready_since: Instant,
+    /// Whether a response has been sent: waiting before the first one is reading its
+    /// headers, waiting after one is idling.
+    served: bool,
+    /// When the first byte of the next request arrived, if it has.
+    request_started: Option<Instant>,
+    /// Since when the client has not taken what the server writes, if so.
+    write_blocked_since: Option<Instant>,
+}
+
+impl Phase {
+    pub(super) fn new(now: Instant) -> Self {
+        Self {
+            in_flight: 0,
+            ready_since: now,
+            served: false,
+            request_started: None,
+            write_blocked_since: None,
+        }
+    }
+
+    /// The deadline in force and the timeout it enforces; `None` while a request is being
+    /// handled (its body read has its own deadline) or when a deadline is out of range.
+    pub(super) fn deadline(&self, limits: &Limits) -> Option<(Instant, Timeout)> {
+        if let Some(since) = self.write_blocked_since {
+            return Some((since.checked_add(limits.idle_timeout)?, Timeout::Write));
+        }
+        if self.in_flight > 0 {
+            return None;
+        }
+        let (since, limit, timeout) = match self.request_started {
+            Some(started) => (started, limits.header_read_timeout, Timeout::HeaderRead),
+            None if self.served => (self.ready_since, limits.idle_timeout, Timeout::Idle),
+            None => (self.ready_since, limits.header_read_timeout, Timeout::HeaderRead),
+        };
+        Some((since.checked_add(limit)?, timeout))
+    }
+}
+
+impl Activity {
+    pub(super) fn new() -> Self {
+        Self {
+            phase: Mutex::new(Phase::new(Instant::now())),
+            changed: Notify::new(),
+        }
+    }
+
+    pub(super) fn phase(&self) -> MutexGuard<'_, Phase> {
+        // Nothing panics while holding the lock; a poisoned phase is still consistent.
+        self.phase.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn bytes_arrived(&self) {
+        let mut phase = self.phase();
+        if phase.in_flight == 0 && phase.request_started.is_none() {
+            phase.request_started = Some(Instant::now());
+            drop(phase);
+            self.changed.notify_one();
+        }
+    }
+
+    pub(super) fn write_blocked(&self, blocked: bool) {
+        let mut phase = self.phase();
+        if blocked {
+            phase.write_blocked_since = Some(Instant::now());
+            drop(phase);
+            self.changed.notify_one();
+        } else {
+            phase.write_blocked_since = None;
+            if phase.in_flight == 0 {
+                // The connection was busy writing until now, not idle.
+                phase.ready_since = Instant::now();
+            }
+        }
+    }
+
+    pub(super) fn request_started(&self) {
+        let mut phase = self.phase();
+        phase.in_flight += 1;
+        phase.request_started = None;
+    }
+
+    pub(super) fn request_finished(&self) {
+        let mut phase = self.phase();
+        phase.in_flight = phase.in_flight.saturating_sub(1);
+        if phase.in_flight == 0 {
+            phase.ready_since = Instant::now();
+            phase.served = true;
+            phase.request_started = None;
+            drop(phase);
+            self.changed.notify_one();
+        }
+    }
+
+    /// Resolves with the timeout once the connection overstays one.
+    pub(super) async fn expiry(&self, limits: &Limits) -> Timeout {
+        loop {
+            let next = self.phase().deadline(limits);
+            match next {
+                Some((at, timeout)) if at <= Instant::now() => return timeout,
+                // `notify_one` keeps a permit, so a change between reading the phase and
+                // waiting here is not missed.
+                Some((at, _)) => tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = self.changed.notified() => {}
+                },
+                None => self.changed.notified().await,
+            }
+        }
+    }
+}
+
+/// The socket, reporting to its connection's [`Activity`] when a request's first bytes
+/// arrive and when the client stops (or resumes) taking the server's writes.
+pub(super) struct TrackedIo {
+    pub(super) stream: TcpStream,
+    pub(super) activity: Arc<Activity>,
+    /// Whether the last write was refused for want of room (saves locking per write).
+    pub(super) write_blocked: bool,
+}
+
+impl TrackedIo {
+    pub(super) fn wrote<T>(&mut self, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        let blocked = polled.is_pending();
+        if blocked != self.write_blocked {
+            self.write_blocked = blocked;
+            self.activity.write_blocked(blocked);
+        }
+        polled
+    }
+}
+
+impl AsyncRead for TrackedIo {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.bytes_arrived();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for TrackedIo {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write(cx, data);
+        self.wrote(polled)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, data);
+        self.wrote(polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 8,
+        }
+    }
+
+    #[test]
+    fn deadlines_follow_the_connection_phase() {
+        let limits = limits();
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut phase = Phase::new(t0);
+        assert_eq!(
+            phase.deadline(&limits),
+            Some((t0 + s(10), Timeout::HeaderRead)),
+            "fresh"
+        );
+        phase.request_started = Some(t0 + s(1));
+        assert_eq!(phase.deadline(&limits), Some((t0 + s(11), Timeout::HeaderRead)));
+        phase.request_started = None;
+        phase.in_flight = 1;
+        assert_eq!(phase.deadline(&limits), None, "a request is being handled");
+        phase.write_blocked_since = Some(t0 + s(2));
+        assert_eq!(phase.deadline(&limits), Some((t0 + s(62), Timeout::Write)));
+        phase.write_blocked_since = None;
+        phase.in_flight = 0;
+        phase.served = true;
+        phase.ready_since = t0 + s(3);
+        assert_eq!(phase.deadline(&limits), Some((t0 + s(63), Timeout::Idle)), "idle");
+        phase.request_started = Some(t0 + s(50));
+        assert_eq!(phase.deadline(&limits), Some((t0 + s(60), Timeout::HeaderRead)));
+    }
+}
