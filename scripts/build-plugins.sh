@@ -5,6 +5,8 @@
 #   examples/faulty                                  -> tests/models/faulty/predict.wasm
 #   examples/faulty, as a wasm32-wasip1 core module  -> tests/models/faulty-p1/predict.wasm
 #   examples/faulty-pre + examples/faulty             -> tests/models/faulty-pipeline/
+# The plugins are their own workspace (examples/Cargo.toml), built into the root
+# workspace's target folder (CARGO_TARGET_DIR or cargo's configured one, else target/).
 # Works from any directory. Extra arguments go to `cargo build` (e.g. --locked).
 set -euo pipefail
 
@@ -16,21 +18,26 @@ cd "$root"
 rustup target add wasm32-wasip2 wasm32-wasip1 >/dev/null 2>&1 ||
     rustup target add wasm32-wasip2 wasm32-wasip1
 
-# simd128 is what makes the numeric plugins fast (~4x on the digits MLP). Set per target
-# rather than RUSTFLAGS so host-side build scripts and proc macros are unaffected; a
-# `.cargo/config.toml` under examples/ would be ignored when building from the root.
-simd="-C target-feature=+simd128"
-export CARGO_TARGET_WASM32_WASIP2_RUSTFLAGS="${CARGO_TARGET_WASM32_WASIP2_RUSTFLAGS:-} $simd"
-export CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="${CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS:-} $simd"
+# The root workspace's target folder, as cargo sees it (CARGO_TARGET_DIR, then
+# `build.target-dir` in a config file, then target/); the plugin workspace builds there too.
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+[[ -n "$target_dir" ]] || { echo "build-plugins: no target_directory in cargo metadata" >&2; exit 1; }
+export CARGO_TARGET_DIR="$target_dir"
 
+# simd128 is what makes the numeric plugins fast (~4x on the digits MLP). It is set per
+# target (so host-side build scripts and proc macros are unaffected) in
+# examples/.cargo/config.toml, which cargo reads because it runs in examples/.
+cd examples
 cargo build --profile plugin --target wasm32-wasip2 \
     -p digits-preprocess -p digits-predict -p digits-postprocess -p faulty -p faulty-pre "$@"
 
 # One plugin as a wasm32-wasip1 core module, which the host turns into a component at
 # load time (tests/models/faulty-p1).
 cargo build --profile plugin --target wasm32-wasip1 -p faulty "$@"
+cd "$root"
 
-out="target/wasm32-wasip2/plugin"
+out="$target_dir/wasm32-wasip2/plugin"
 copy() {
     local artifact="$out/$1" dest="$2"
     mkdir -p "$(dirname "$dest")"
@@ -43,5 +50,5 @@ copy digits_postprocess.wasm examples/models/digits/postprocess.wasm
 copy faulty.wasm tests/models/faulty/predict.wasm
 copy faulty.wasm tests/models/faulty-pipeline/predict.wasm
 copy faulty_pre.wasm tests/models/faulty-pipeline/preprocess.wasm
-out="target/wasm32-wasip1/plugin"
+out="$target_dir/wasm32-wasip1/plugin"
 copy faulty.wasm tests/models/faulty-p1/predict.wasm

@@ -1,7 +1,38 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace: builds the example and test plugins (wasm32), then the
-# host's unit and end-to-end tests, which serve those plugins over loopback.
+# The test command (README "Tests"; .ci/run runs exactly this). Cheapest checks first, and
+# any failure stops it with a non-zero status:
+#   1. `cargo fmt --check` on the root workspace and on the plugin workspace (examples/);
+#   2. builds the example and test plugins for wasm32 (scripts/build-plugins.sh);
+#   3. clippy with -D warnings: the plugin workspace for wasm32-wasip2, the root workspace
+#      with all targets (tests, benches, examples);
+#   4. every test of the root workspace: the host's unit and end-to-end tests (which serve
+#      the plugins over loopback), the guest SDK's and the digits model's unit tests.
+# Everything runs --locked, in one target folder (CARGO_TARGET_DIR if set). Extra
+# arguments go to the final `cargo test` (e.g. `-- --nocapture`).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-./scripts/build-plugins.sh
-cargo test --workspace --exclude digits-preprocess --exclude digits-predict --exclude digits-postprocess --exclude faulty --exclude faulty-pre "$@"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+# Each step's name, with the seconds elapsed so far.
+step() { printf '\n==> [%4ds] %s\n' "$SECONDS" "$*" >&2; }
+
+step "rustfmt"
+cargo fmt --all --check
+(cd examples && cargo fmt --all --check)
+
+step "plugins"
+./scripts/build-plugins.sh --locked
+
+step "clippy: plugin workspace (wasm32-wasip2)"
+# Same profile and target folder as the plugin build, so the proc macros it built are reused.
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+(cd examples && CARGO_TARGET_DIR="$target_dir" cargo clippy --workspace --all-targets \
+    --profile plugin --target wasm32-wasip2 --locked -- -D warnings)
+
+step "clippy: root workspace"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "tests"
+cargo test --workspace --locked "$@"
+step "all passed"

@@ -14,7 +14,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use digits_model::{forward, Weights, CLASSES, INPUTS};
 use tensorplug::model::tensor::{DataType, Tensor};
 use tensorplug::model::StageKind;
-use tensorplug::runtime::{deadline_ticks, Runtime, SandboxLimits, StageTag, StageTemplate};
+use tensorplug::runtime::{Runtime, SandboxLimits, StageTag, StageTemplate};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -48,7 +48,10 @@ fn forward_pass(c: &mut Criterion) {
     };
     let limits = SandboxLimits {
         memory_bytes: 64 << 20,
-        deadline_ticks: deadline_ticks(Duration::from_secs(10)),
+        table_elements: 10_000,
+        max_handles: 128,
+        call_timeout: Duration::from_secs(10),
+        init_timeout: Duration::from_secs(10),
     };
     let template: Arc<StageTemplate> = StageTemplate::load(
         &runtime,

@@ -75,16 +75,35 @@ impl TestServer {
         server
     }
 
+    /// Waits until the server is live and no model is still loading (models load in
+    /// the background once the server listens). Where the index is closed, readiness
+    /// has to do.
     async fn wait_ready(&self) {
         for _ in 0..600 {
-            if let Ok(r) = self.client.get(self.url("/v2/health/live")).send().await {
-                if r.status().is_success() {
-                    return;
-                }
+            if self.settled().await {
+                return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         panic!("server at {} did not come up", self.address);
+    }
+
+    async fn settled(&self) -> bool {
+        let live = self.client.get(self.url("/v2/health/live")).send().await;
+        if !live.is_ok_and(|r| r.status().is_success()) {
+            return false;
+        }
+        let Ok(index) = self.client.post(self.url("/v2/repository/index")).send().await else {
+            return false;
+        };
+        if !index.status().is_success() {
+            let ready = self.client.get(self.url("/v2/health/ready")).send().await;
+            return ready.is_ok_and(|r| r.status().is_success());
+        }
+        let index: Value = index.json().await.unwrap_or_default();
+        index
+            .as_array()
+            .is_some_and(|rows| rows.iter().all(|row| row["state"] != "LOADING"))
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -179,6 +198,18 @@ pub fn faulty_config(batching: &str, limits: &str) -> String {
         "[stages]\npredict = \"predict.wasm\"\n\n[[inputs]]\nname = \"x\"\ndatatype = \"FP32\"\nshape = [1]\n\n\
          [[outputs]]\nname = \"y\"\ndatatype = \"FP32\"\nshape = [1]\n\n[batching]\n{batching}\n\n[limits]\n{limits}\n"
     )
+}
+
+/// The repository index (`POST /v2/repository/index`), which needs no token by default.
+pub async fn index(server: &TestServer) -> Value {
+    let response = server
+        .client
+        .post(server.url("/v2/repository/index"))
+        .send()
+        .await
+        .expect("index");
+    assert_eq!(response.status(), 200);
+    response.json().await.expect("index JSON")
 }
 
 /// tensorplug's own counters of a model, from `GET /v2/models/{m}/stats`.

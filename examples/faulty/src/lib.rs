@@ -13,8 +13,15 @@
 //! | -6 | `y` gets N+1 rows |
 //! | -7 | the output is named `wrong` instead of `y` |
 //! | -8 | an item failure with index N (out of range) |
+//! | -9 | sleeps 3 s in a host call (WASI), where no epoch check can stop it |
+//! | -10 | opens files of its model folder without closing them, 100,000 times |
+//! | -11 | writes 1,000,000 lines through the `log` interface |
+//! | -12 | an item failure 422 with a 10 MiB message |
+//! | -13 | the batch's outputs hold `y` twice |
+//! | -14 | the batch's outputs hold 100,000 more tensors |
 //!
-//! With the parameter `fail_init = "true"`, `init` fails.
+//! With the parameter `fail_init = "true"`, `init` fails; with `sleep_init_ms = N`,
+//! `init` first sleeps N ms (in a host call).
 
 use std::hint::black_box;
 
@@ -27,6 +34,10 @@ struct Faulty {
 
 impl Predictor for Faulty {
     fn init(parameters: Parameters) -> Result<Self, String> {
+        let sleep_ms: u64 = parameters.parse_or("sleep_init_ms", 0)?;
+        if sleep_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(sleep_ms));
+        }
         if parameters.parse_or("fail_init", false)? {
             return Err("faulty: init failed as configured".into());
         }
@@ -43,6 +54,7 @@ impl Predictor for Faulty {
         let mut y = Vec::with_capacity(n + 1);
         let mut failures = Vec::new();
         let (mut extra_row, mut wrong_name, mut bad_index) = (false, false, false);
+        let (mut twice, mut flood) = (false, false);
         for (i, &v) in x.values::<f32>()?.iter().enumerate() {
             match fault_code(v) {
                 Some(1) => panic!("faulty: panic requested"),
@@ -55,6 +67,16 @@ impl Predictor for Faulty {
                 Some(6) => extra_row = true,
                 Some(7) => wrong_name = true,
                 Some(8) => bad_index = true,
+                Some(9) => std::thread::sleep(std::time::Duration::from_secs(3)),
+                Some(10) => hoard_handles(),
+                Some(11) => {
+                    for line in 0..1_000_000 {
+                        log::info(&format!("faulty: flood line {line}"));
+                    }
+                }
+                Some(12) => failures.push(ItemError::new(422, "m".repeat(10 << 20)).at(i as u32)),
+                Some(13) => twice = true,
+                Some(14) => flood = true,
                 _ => {}
             }
             y.push(scale * v);
@@ -67,15 +89,35 @@ impl Predictor for Faulty {
             failures.push(ItemError::internal("faulty: index out of range").at(n as u32));
         }
         let name = if wrong_name { "wrong" } else { "y" };
-        let y = Tensor::from_f32(name, &[y.len() as u64, 1], &y);
-        Ok(Prediction::with_failures(vec![y], failures))
+        let rows = y.len() as u64;
+        let mut outputs = vec![Tensor::from_f32(name, &[rows, 1], &y)];
+        if twice {
+            outputs.push(Tensor::from_f32(name, &[rows, 1], &y));
+        }
+        if flood {
+            let zeros = vec![0.0; y.len()];
+            outputs.extend((0..100_000).map(|k| Tensor::from_f32(format!("extra{k}"), &[rows, 1], &zeros)));
+        }
+        Ok(Prediction::with_failures(outputs, failures))
     }
 }
 
-/// `Some(k)` when `v` is exactly `-k` for a fault code `k` in 1..=8.
+/// `Some(k)` when `v` is exactly `-k` for a fault code `k` in 1..=14.
 fn fault_code(v: f32) -> Option<u8> {
     let code = -v;
-    (code.fract() == 0.0 && (1.0..=8.0).contains(&code)).then_some(code as u8)
+    (code.fract() == 0.0 && (1.0..=14.0).contains(&code)).then_some(code as u8)
+}
+
+/// Opens the model's own config again and again, keeping every handle.
+fn hoard_handles() {
+    let mut hoard = Vec::new();
+    for _ in 0..100_000 {
+        match std::fs::File::open(format!("{}/model.toml", tensorplug_guest::MODEL_DIR)) {
+            Ok(file) => hoard.push(file),
+            Err(e) => panic!("faulty: could not open more files after {}: {e}", hoard.len()),
+        }
+    }
+    black_box(&hoard);
 }
 
 fn spin() -> ! {

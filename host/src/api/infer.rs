@@ -8,13 +8,16 @@ use std::time::Duration;
 use super::error::ServeError;
 use crate::protocol::{clip, InferRequest};
 use crate::serving::items::{assemble, split_request, Answer, RequestError};
-use crate::serving::{Model, Repository};
+use crate::serving::{Model, ModelStatus, Repository};
 
 /// The live version of `name`, checked against a requested version.
 pub fn find_model(repository: &Repository, name: &str, version: Option<&str>) -> Result<Arc<Model>, ServeError> {
-    let model = repository
-        .get(name)
-        .ok_or_else(|| ServeError::ModelNotFound(clip(name).into_owned()))?;
+    let model = match repository.status(name) {
+        Some(ModelStatus::Ready { model, .. }) => model,
+        // Known, and on its way: worth a retry, unlike a name nobody serves.
+        Some(ModelStatus::Loading) => return Err(ServeError::ModelNotReady(clip(name).into_owned())),
+        _ => return Err(ServeError::ModelNotFound(clip(name).into_owned())),
+    };
     if let Some(version) = version {
         if version != model.config.version {
             return Err(ServeError::VersionNotFound {

@@ -1,6 +1,9 @@
 //! Runs the server: loads the repository, serves REST until the shutdown future
 //! resolves, then drains every in-flight and queued item before returning.
 //!
+//! The server listens as soon as it starts: live at once, ready when every model it was
+//! asked to load has loaded (or failed to). Models load side by side in the background.
+//!
 //! Shutdown has one deadline, taken when the signal arrives: the watcher stops first (no
 //! reload starts while draining), in-flight requests finish, then every model's queue
 //! empties and its instance threads exit and are joined — all before `grace` has passed
@@ -38,9 +41,13 @@ pub async fn run(
             .with_context(|| format!("reading the model repository {}", config.repository.display()))?,
         ModelControl::Explicit => config.load_models.clone(),
     };
-    for name in &initial {
+    // The server listens (live, not ready) while the models load, side by side.
+    repository.expect(&initial);
+    let mut initial_loads = tokio::task::JoinSet::new();
+    for name in initial {
+        let repository = repository.clone();
         // A failure is logged and shown in the index; the other models still serve.
-        let _ = repository.load(name).await;
+        initial_loads.spawn(async move { repository.load(&name).await.map(drop) });
     }
     let model_watch = match config.model_control {
         ModelControl::Poll => Some(
@@ -92,6 +99,7 @@ pub async fn run(
         _ = stopping_rx.wait_for(Option::is_some) => false,
     };
     drop(model_watch);
+    initial_loads.abort_all();
     let deadline = stopping_rx.borrow().unwrap_or_else(|| Instant::now() + grace);
     let mut in_time = ended_by_itself || tokio::time::timeout_at(deadline, &mut serving).await.is_ok();
     // Dropping the server drops whatever request is still running.

@@ -67,8 +67,14 @@ pub struct Batching {
 pub struct Limits {
     /// Linear memory cap per stage instance, in bytes.
     pub memory_bytes: usize,
-    /// Time limit of one stage call.
+    /// Cap on a stage instance's table elements, all tables together.
+    pub table_elements: usize,
+    /// Cap on the resource handles (files, streams, pollables) a stage instance holds.
+    pub max_handles: usize,
+    /// Time limit of one stage call, host calls included.
     pub stage_timeout: Duration,
+    /// Time limit of instantiating one stage instance and running its `init`.
+    pub init_timeout: Duration,
     /// Default time a request may take end to end (a request's `timeout` overrides it).
     pub request_timeout: Duration,
     /// Pipeline instances, each on its own thread.
@@ -155,6 +161,9 @@ struct RawBatching {
 struct RawLimits {
     memory_mib: Option<u64>,
     timeout_ms: Option<u64>,
+    init_timeout_ms: Option<u64>,
+    table_elements: Option<usize>,
+    max_handles: Option<usize>,
     request_timeout_ms: Option<u64>,
     instances: Option<usize>,
 }
@@ -172,6 +181,13 @@ fn default_queue_size() -> usize {
 const DEFAULT_MEMORY_MIB: u64 = 64;
 const MAX_MEMORY_MIB: u64 = 4096;
 const DEFAULT_STAGE_TIMEOUT_MS: u64 = 1000;
+/// A compiled Rust plugin's tables hold a few hundred function references.
+const DEFAULT_TABLE_ELEMENTS: usize = 10_000;
+/// Enough for a plugin that reads its weights and logs, several files open at once.
+const DEFAULT_MAX_HANDLES: usize = 128;
+/// Long enough to read weights from the model folder; short enough that a plugin whose
+/// `init` hangs fails its load instead of holding it up.
+const DEFAULT_INIT_TIMEOUT_MS: u64 = 10_000;
 const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 
 /// Whether `name` can be a model (and folder) name: no path tricks, nothing hidden.
@@ -251,6 +267,21 @@ impl ModelConfig {
                 (mib as usize) << 20
             },
             stage_timeout: positive_ms("limits.timeout_ms", raw.limits.timeout_ms, DEFAULT_STAGE_TIMEOUT_MS)?,
+            table_elements: match raw.limits.table_elements {
+                None => DEFAULT_TABLE_ELEMENTS,
+                Some(n @ 1..=10_000_000) => n,
+                Some(n) => return Err(format!("key `limits.table_elements`: {n} is outside 1..=10000000")),
+            },
+            max_handles: match raw.limits.max_handles {
+                None => DEFAULT_MAX_HANDLES,
+                Some(n @ 16..=65_536) => n,
+                Some(n) => return Err(format!("key `limits.max_handles`: {n} is outside 16..=65536")),
+            },
+            init_timeout: positive_ms(
+                "limits.init_timeout_ms",
+                raw.limits.init_timeout_ms,
+                DEFAULT_INIT_TIMEOUT_MS,
+            )?,
             request_timeout: positive_ms(
                 "limits.request_timeout_ms",
                 raw.limits.request_timeout_ms,

@@ -28,8 +28,35 @@ pub(crate) fn map_items(
             items.len()
         )));
     }
+    for item in results.iter().filter_map(|r| r.as_ref().ok()) {
+        check_names(item.iter().map(|t| t.name.as_str())).map_err(|violation| {
+            CallFailure::Violation(format!("{} broke the plugin contract: {violation}", kind.name()))
+        })?;
+    }
     check_declared(kind.name(), declared, &results)?;
     Ok(results)
+}
+
+/// Most tensors one item may carry out of a stage. Declared outputs bound a model's
+/// answer already; this bounds the answer of a model that declares none (and what any
+/// stage hands the next).
+pub const MAX_TENSORS_PER_ITEM: usize = 256;
+
+/// Checks that an item's (or a batch's) tensor names are unique and not too many.
+pub(crate) fn check_names<'a>(names: impl Iterator<Item = &'a str>) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for name in names {
+        if seen.len() == MAX_TENSORS_PER_ITEM {
+            return Err(format!("more than {MAX_TENSORS_PER_ITEM} tensors per item"));
+        }
+        if !seen.insert(name) {
+            return Err(format!(
+                "output '{}' appears more than once",
+                crate::model::text::clip(name)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks the last stage's items against the model's declared outputs.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{PipelineInstance, PipelineTemplate};
 use crate::model::config::{ConfigError, ModelConfig, MODEL_FILE};
 use crate::model::StageKind;
-use crate::runtime::{deadline_ticks, Runtime, RuntimeError, SandboxLimits, StageTag, StageTemplate};
+use crate::runtime::{Runtime, RuntimeError, SandboxLimits, StageTag, StageTemplate};
 
 /// Why a model version could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +38,10 @@ impl LoadedModel {
         }
         let limits = SandboxLimits {
             memory_bytes: config.limits.memory_bytes,
-            deadline_ticks: deadline_ticks(config.limits.stage_timeout),
+            table_elements: config.limits.table_elements,
+            max_handles: config.limits.max_handles,
+            call_timeout: config.limits.stage_timeout,
+            init_timeout: config.limits.init_timeout,
         };
         let (model, version): (Arc<str>, Arc<str>) = (config.name.as_str().into(), config.version.as_str().into());
         let (mut preprocess, mut predict, mut postprocess) = (None, None, None);

@@ -2,7 +2,7 @@
 //! checked, and split back per item.
 
 use super::bisect::{run_bisected, CallFailure, Indexed};
-use super::contract::check_declared;
+use super::contract::{check_declared, check_names};
 use super::slot::Slot;
 use crate::model::config::TensorSpec;
 use crate::model::outcome::{ItemError, ItemOutcome};
@@ -68,6 +68,7 @@ fn predict_batch(
 
 /// Splits batched outputs into per-item outputs, applying per-item failures.
 fn split_prediction(prediction: Prediction, n: usize) -> Result<Vec<ItemOutcome>, String> {
+    check_names(prediction.outputs.iter().map(|t| t.name.as_str()))?;
     let mut per_item: Vec<ItemOutcome> = (0..n).map(|_| Ok(Vec::new())).collect();
     for output in &prediction.outputs {
         output.validate().map_err(|e| format!("output {e}"))?;

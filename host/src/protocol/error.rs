@@ -4,12 +4,11 @@
 //! Every variant is a client error (the edges answer it as one: HTTP 400). Messages name the
 //! input (`input 'x'`) when its name is known, else its position (`inputs[2]`).
 
-use std::borrow::Cow;
-
 use serde_json::value::RawValue;
 
-use super::limits::QUOTE_LIMIT;
 use crate::model::tensor::{DataType, TensorError};
+pub use crate::model::text::clip;
+use crate::model::text::QUOTE_LIMIT;
 
 /// Why a V2 request body was rejected.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -141,15 +140,6 @@ impl ProtocolError {
             column: error.column(),
             message,
         }
-    }
-}
-
-/// Cuts a client's text to [`QUOTE_LIMIT`] characters, marking the cut with `...`, for
-/// quoting in a message or a log line.
-pub fn clip(text: &str) -> Cow<'_, str> {
-    match text.char_indices().nth(QUOTE_LIMIT) {
-        Some((at, _)) => Cow::Owned(format!("{}...", &text[..at])),
-        None => Cow::Borrowed(text),
     }
 }
 

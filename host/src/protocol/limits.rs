@@ -20,6 +20,5 @@ pub const MAX_ID_BYTES: usize = 256;
 pub const MAX_PARAMETER_STRING_BYTES: usize = 4096;
 /// Dimensions of an input's shape.
 pub const MAX_DIMS: usize = 32;
-/// Characters of a client's value that an error message or a log line quotes; longer
-/// values are cut and marked with `...`.
-pub const QUOTE_LIMIT: usize = 48;
+/// Characters of a client's value that an error message or a log line quotes.
+pub use crate::model::text::QUOTE_LIMIT;

@@ -3,6 +3,9 @@
 //! The three worlds share the `types` and `log` interfaces; they are generated once (with
 //! the predictor) and reused by the other two, so a `Tensor` is the same Rust type in
 //! every stage and one `log` implementation serves all of them.
+//!
+//! Exports are async: every call is driven to its deadline by [`super::deadline`], so a
+//! plugin parked in a host call (async WASI) can be dropped at its deadline.
 
 #![allow(missing_docs, clippy::all)]
 
@@ -10,6 +13,7 @@ pub mod predictor {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "predictor",
+        exports: { default: async },
     });
 }
 
@@ -17,6 +21,7 @@ pub mod preprocessor {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "preprocessor",
+        exports: { default: async },
         with: {
             "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
             "tensorplug:plugin/log": crate::runtime::bindings::predictor::tensorplug::plugin::log,
@@ -28,6 +33,7 @@ pub mod postprocessor {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "postprocessor",
+        exports: { default: async },
         with: {
             "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
             "tensorplug:plugin/log": crate::runtime::bindings::predictor::tensorplug::plugin::log,

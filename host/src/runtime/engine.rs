@@ -49,7 +49,7 @@ impl Runtime {
         let engine = Engine::new(&config).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
 
         let mut linker = Linker::<StoreState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| RuntimeError::Engine(format!("linking WASI: {e:#}")))?;
         log::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
             .map_err(|e| RuntimeError::Engine(format!("linking log: {e:#}")))?;
@@ -72,7 +72,7 @@ impl Runtime {
 }
 
 /// Converts a time limit into epoch ticks (at least one).
-pub fn deadline_ticks(limit: Duration) -> u64 {
+pub(crate) fn deadline_ticks(limit: Duration) -> u64 {
     (limit.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64
 }
 

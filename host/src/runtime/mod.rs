@@ -6,12 +6,13 @@
 mod bindings;
 mod compile;
 mod convert;
+mod deadline;
 mod engine;
 mod output;
 mod stage;
 mod store;
 
-pub use engine::{deadline_ticks, Runtime, EPOCH_TICK};
+pub use engine::{Runtime, EPOCH_TICK};
 pub use stage::{Prediction, StageInstance, StageTemplate, Trapped};
 pub use store::{SandboxLimits, StageTag, MODEL_DIR_GUEST_PATH};
 

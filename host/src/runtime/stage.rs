@@ -16,6 +16,7 @@ use super::bindings::predictor::{Predictor, PredictorPre};
 use super::bindings::preprocessor::{Preprocessor, PreprocessorPre};
 use super::bindings::types as wit;
 use super::convert::{from_wit, from_wit_error, to_wit};
+use super::deadline::{self, DeadlinePassed};
 use super::store::{new_store, SandboxLimits, StageTag, StoreState};
 use super::{Runtime, RuntimeError};
 use crate::model::outcome::ItemError;
@@ -137,34 +138,45 @@ impl StageTemplate {
         self.kind
     }
 
-    /// A fresh instance, initialised with the model's parameters.
+    /// A fresh instance, initialised with the model's parameters; instantiation and
+    /// `init` together end by the init deadline, whatever the plugin does.
     pub fn instantiate(self: &Arc<Self>) -> Result<StageInstance, RuntimeError> {
         let mut store = new_store(self.runtime.engine(), &self.model_dir, self.tag.clone(), self.limits)?;
         let init_error = |reason: String| RuntimeError::Init {
             file: self.file.clone(),
             reason,
         };
-        let exports = match &self.pre {
-            Pre::Preprocess(pre) => pre.instantiate(&mut store).map(Exports::Preprocess),
-            Pre::Predict(pre) => pre.instantiate(&mut store).map(Exports::Predict),
-            Pre::Postprocess(pre) => pre.instantiate(&mut store).map(Exports::Postprocess),
-        }
-        .map_err(|e| init_error(format!("{e:#}")))?;
-        let mut instance = StageInstance {
-            template: self.clone(),
-            store,
-            exports,
-        };
         let params = &self.parameters;
-        let answer = instance.call(|exports, store| match exports {
-            Exports::Preprocess(e) => e.call_init(store, params),
-            Exports::Predict(e) => e.call_init(store, params),
-            Exports::Postprocess(e) => e.call_init(store, params),
+        let started = deadline::within(self.limits.init_timeout, async {
+            let exports = match &self.pre {
+                Pre::Preprocess(pre) => pre.instantiate_async(&mut store).await.map(Exports::Preprocess),
+                Pre::Predict(pre) => pre.instantiate_async(&mut store).await.map(Exports::Predict),
+                Pre::Postprocess(pre) => pre.instantiate_async(&mut store).await.map(Exports::Postprocess),
+            }?;
+            let answer = match &exports {
+                Exports::Preprocess(e) => e.call_init(&mut store, params).await,
+                Exports::Predict(e) => e.call_init(&mut store, params).await,
+                Exports::Postprocess(e) => e.call_init(&mut store, params).await,
+            }?;
+            Ok::<_, wasmtime::Error>((exports, answer))
         });
-        match answer {
-            Ok(Ok(())) => Ok(instance),
-            Ok(Err(message)) => Err(init_error(format!("init failed: {message}"))),
-            Err(trapped) => Err(init_error(format!("init trapped: {}", trapped.message))),
+        let output = store.data().take_output();
+        log_output(store.data().tag(), &output);
+        let timeout_ms = self.limits.init_timeout.as_millis();
+        match started {
+            Ok(Ok((exports, Ok(())))) => Ok(StageInstance {
+                template: self.clone(),
+                store,
+                exports,
+            }),
+            Ok(Ok((_, Err(message)))) => Err(init_error(format!("init failed: {message}"))),
+            Ok(Err(error)) => {
+                let trapped = describe_trap(self.kind, &error, &output, timeout_ms);
+                Err(init_error(format!("init trapped: {}", trapped.message)))
+            }
+            Err(DeadlinePassed) => Err(init_error(format!(
+                "init did not finish within its time limit of {timeout_ms} ms (limits.init_timeout_ms)"
+            ))),
         }
     }
 }
@@ -189,9 +201,10 @@ impl StageInstance {
             .into_iter()
             .map(|item| item.into_iter().map(to_wit).collect())
             .collect();
-        let answer = self.call(|exports, store| match exports {
-            Exports::Preprocess(e) => e.call_preprocess(store, &items),
-            Exports::Postprocess(e) => e.call_postprocess(store, &items),
+        let (exports, store) = (&self.exports, &mut self.store);
+        let answer = call(&self.template, store, async |store| match exports {
+            Exports::Preprocess(e) => e.call_preprocess(store, &items).await,
+            Exports::Postprocess(e) => e.call_postprocess(store, &items).await,
             Exports::Predict(_) => Err(wasmtime::Error::msg("map_items called on a predict stage")),
         })?;
         Ok(answer
@@ -207,8 +220,9 @@ impl StageInstance {
     /// Runs predict on a batch; `Ok(Err(_))` is the plugin failing the whole batch.
     pub fn predict(&mut self, batch: Vec<Tensor>) -> Result<Result<Prediction, ItemError>, Trapped> {
         let batch: Vec<wit::Tensor> = batch.into_iter().map(to_wit).collect();
-        let answer = self.call(|exports, store| match exports {
-            Exports::Predict(e) => e.call_predict(store, &batch),
+        let (exports, store) = (&self.exports, &mut self.store);
+        let answer = call(&self.template, store, async |store| match exports {
+            Exports::Predict(e) => e.call_predict(store, &batch).await,
             _ => Err(wasmtime::Error::msg("predict called on a non-predict stage")),
         })?;
         Ok(answer
@@ -222,41 +236,72 @@ impl StageInstance {
             })
             .map_err(from_wit_error))
     }
+}
 
-    /// Arms the deadline, makes one call, and forwards the guest's output to the log.
-    fn call<R>(
-        &mut self,
-        f: impl FnOnce(&Exports, &mut Store<StoreState>) -> wasmtime::Result<R>,
-    ) -> Result<R, Trapped> {
-        self.store.set_epoch_deadline(self.template.limits.deadline_ticks);
-        let result = f(&self.exports, &mut self.store);
-        let output = self.store.data().take_output();
-        let tag = self.store.data().tag();
-        if !output.is_empty() {
-            tracing::info!(
-                model = &*tag.model,
-                version = &*tag.version,
-                stage = tag.stage,
-                "plugin output: {}",
-                output.trim_end()
-            );
-        }
-        result.map_err(|error| describe_trap(self.template.kind, &self.template.limits, &error, &output))
+/// Arms the deadline, makes one call, and forwards the guest's output to the log. A call
+/// still running at its deadline (parked in a host call) is dropped there.
+fn call<R>(
+    template: &StageTemplate,
+    store: &mut Store<StoreState>,
+    make: impl AsyncFnOnce(&mut Store<StoreState>) -> wasmtime::Result<R>,
+) -> Result<R, Trapped> {
+    let limit = template.limits.call_timeout;
+    store.set_epoch_deadline(super::engine::deadline_ticks(limit));
+    store.data_mut().reset_log_budget();
+    let result = deadline::within(limit, make(store));
+    let output = store.data().take_output();
+    log_output(store.data().tag(), &output);
+    let dropped = store.data_mut().reset_log_budget();
+    if dropped > 0 {
+        let tag = store.data().tag();
+        tracing::warn!(
+            model = &*tag.model,
+            version = &*tag.version,
+            stage = tag.stage,
+            dropped,
+            "plugin log lines dropped: more than the per-call budget"
+        );
+    }
+    let limit_ms = limit.as_millis();
+    match result {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(error)) => Err(describe_trap(template.kind, &error, &output, limit_ms)),
+        Err(DeadlinePassed) => Err(Trapped {
+            message: format!(
+                "{} exceeded its time limit of {limit_ms} ms (inside a host call)",
+                template.kind.name()
+            ),
+            deadline: true,
+        }),
     }
 }
 
-/// Turns a wasmtime error into the message an item's client reads.
-fn describe_trap(kind: StageKind, limits: &SandboxLimits, error: &wasmtime::Error, output: &str) -> Trapped {
+/// Forwards what the guest wrote to stdout/stderr to the log, tagged.
+fn log_output(tag: &StageTag, output: &str) {
+    if !output.is_empty() {
+        tracing::info!(
+            model = &*tag.model,
+            version = &*tag.version,
+            stage = tag.stage,
+            "plugin output: {}",
+            output.trim_end()
+        );
+    }
+}
+
+/// Turns a wasmtime error into the message an item's client reads; `limit_ms` is the
+/// time limit the call ran under.
+fn describe_trap(kind: StageKind, error: &wasmtime::Error, output: &str, limit_ms: u128) -> Trapped {
     let trap = error.downcast_ref::<Trap>().copied();
     let deadline = trap == Some(Trap::Interrupt);
     let mut message = if deadline {
-        format!(
-            "{} exceeded its time limit of {} ms",
-            kind.name(),
-            limits.deadline_ticks * super::EPOCH_TICK.as_millis() as u64
-        )
+        format!("{} exceeded its time limit of {limit_ms} ms", kind.name())
     } else {
-        format!("{} trapped: {}", kind.name(), error.root_cause())
+        let mut text = format!("{} trapped: {}", kind.name(), error.root_cause());
+        if text.contains("resource table has no free keys") {
+            text.push_str(" (the instance holds as many open handles as limits.max_handles allows)");
+        }
+        text
     };
     let output = guest_output_for_clients(output);
     if !output.is_empty() {

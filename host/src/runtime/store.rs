@@ -1,14 +1,17 @@
 //! One store per stage instance, and every sandbox limit in one place.
 //!
-//! A store gets: a linear-memory cap (`StoreLimits`), an epoch deadline armed right before
-//! each call, WASI with no network, no environment, no arguments, a closed stdin, the
-//! model's folder preopened read-only at `/model`, and stdout/stderr captured into a
-//! bounded buffer. Nothing else of the host is reachable from a plugin.
+//! A store gets: caps on the whole instance's linear memory and table elements (all
+//! memories and tables together), on its core instances, tables and memories, and on
+//! its open resource handles; a deadline per call and one for
+//! `init` (armed as an epoch deadline for wasm code and raced against a timer for host
+//! calls, see [`super::deadline`]), WASI with no network, no environment, no arguments, a
+//! closed stdin, the model's folder preopened read-only at `/model`, and stdout/stderr
+//! captured into a bounded buffer. Nothing else of the host is reachable from a plugin.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Engine, Store};
 use wasmtime_wasi::{FsPerms, ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::log;
@@ -32,19 +35,89 @@ pub struct StageTag {
 /// The limits one stage instance runs under.
 #[derive(Clone, Copy, Debug)]
 pub struct SandboxLimits {
-    /// Cap on the instance's linear memory, in bytes.
+    /// Cap on the instance's linear memory, all memories together, in bytes; also the
+    /// most data one call may pass back to the host (its host-call fuel).
     pub memory_bytes: usize,
-    /// Epoch ticks a single call may run (see [`super::EPOCH_TICK`]).
-    pub deadline_ticks: u64,
+    /// Cap on the elements of the instance's tables, all tables together.
+    pub table_elements: usize,
+    /// Cap on the resource handles (files, streams, pollables) the instance holds open.
+    pub max_handles: usize,
+    /// How long one call may take, host calls included.
+    pub call_timeout: std::time::Duration,
+    /// How long instantiating and `init` may take together.
+    pub init_timeout: std::time::Duration,
+}
+
+/// Core instances, tables and memories one component may create: a plugin needs a
+/// handful (its module, the WASI adapter's, the glue shims'); these only stop a
+/// component built to create thousands.
+const MAX_CORE_INSTANCES: usize = 64;
+const MAX_TABLES: usize = 32;
+const MAX_MEMORIES: usize = 8;
+
+/// Log lines and bytes a plugin may write through the `log` interface per call; what
+/// goes beyond is dropped and counted in one line after the call.
+const LOG_LINES_PER_CALL: u32 = 200;
+const LOG_BYTES_PER_CALL: usize = 256 * 1024;
+
+/// The whole instance's resources, counted across all its memories and tables (wasmtime's
+/// own `StoreLimits` caps each memory separately, so two memories would get twice the cap).
+#[derive(Debug)]
+struct InstanceLimits {
+    memory_cap: usize,
+    memory_used: usize,
+    table_cap: usize,
+    table_used: usize,
+}
+
+impl wasmtime::ResourceLimiter for InstanceLimits {
+    fn memory_growing(&mut self, current: usize, desired: usize, _: Option<usize>) -> wasmtime::Result<bool> {
+        let total = self.memory_used.saturating_sub(current).saturating_add(desired);
+        if total > self.memory_cap {
+            return Ok(false);
+        }
+        self.memory_used = total;
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, _: Option<usize>) -> wasmtime::Result<bool> {
+        let total = self.table_used.saturating_sub(current).saturating_add(desired);
+        if total > self.table_cap {
+            return Ok(false);
+        }
+        self.table_used = total;
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        MAX_CORE_INSTANCES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+}
+
+/// What the `log` interface let through during the current call.
+#[derive(Debug, Default)]
+struct LogBudget {
+    lines: u32,
+    bytes: usize,
+    dropped: u64,
 }
 
 /// The host state of one store.
 pub struct StoreState {
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: StoreLimits,
+    limits: InstanceLimits,
     output: CapturedOutput,
     tag: StageTag,
+    log_budget: LogBudget,
 }
 
 impl StoreState {
@@ -55,6 +128,12 @@ impl StoreState {
 
     pub fn tag(&self) -> &StageTag {
         &self.tag
+    }
+
+    /// Starts a call's log budget afresh; returns how many lines the last call had
+    /// dropped.
+    pub fn reset_log_budget(&mut self) -> u64 {
+        std::mem::take(&mut self.log_budget).dropped
     }
 }
 
@@ -69,6 +148,13 @@ impl WasiView for StoreState {
 
 impl log::Host for StoreState {
     fn log(&mut self, level: log::Level, message: String) {
+        let budget = &mut self.log_budget;
+        if budget.lines >= LOG_LINES_PER_CALL || budget.bytes >= LOG_BYTES_PER_CALL {
+            budget.dropped += 1;
+            return;
+        }
+        budget.lines += 1;
+        budget.bytes += message.len().min(MAX_LOG_MESSAGE_BYTES);
         let message = truncate_at_char(&message, MAX_LOG_MESSAGE_BYTES);
         let StageTag { model, version, stage } = &self.tag;
         let (model, version) = (&**model, &**version);
@@ -103,29 +189,36 @@ pub fn new_store(
 ) -> Result<Store<StoreState>, RuntimeError> {
     let output = CapturedOutput::new(CAPTURED_OUTPUT_BYTES);
     let mut wasi = WasiCtxBuilder::new();
-    // Instances run on dedicated threads, never on the async runtime: blocking file
-    // reads on them are fine and skip a block_on round trip per WASI call.
-    wasi.allow_blocking_current_thread(true)
-        .allow_tcp(false)
+    wasi.allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false)
         .stdout(output.clone())
         .stderr(output.clone());
     wasi.preopened_dir(model_dir, MODEL_DIR_GUEST_PATH, FsPerms::ReadOnly)
         .map_err(|e| RuntimeError::Sandbox(format!("cannot preopen {}: {e}", model_dir.display())))?;
+    let mut table = ResourceTable::new();
+    // A plugin that opens files (or streams, or pollables) without closing them gets an
+    // error at the cap instead of taking the server's descriptors.
+    table.set_max_capacity(limits.max_handles);
     let state = StoreState {
         wasi: wasi.build(),
-        table: ResourceTable::new(),
-        limits: StoreLimitsBuilder::new()
-            .memory_size(limits.memory_bytes)
-            .instances(64)
-            .build(),
+        table,
+        limits: InstanceLimits {
+            memory_cap: limits.memory_bytes,
+            memory_used: 0,
+            table_cap: limits.table_elements,
+            table_used: 0,
+        },
         output,
         tag,
+        log_budget: LogBudget::default(),
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limits);
-    store.set_epoch_deadline(limits.deadline_ticks);
+    // What a call may pass to the host: its answer must fit in the instance's memory
+    // anyway, so that is the bound (wasmtime's default is 128 MiB whatever the memory).
+    store.set_hostcall_fuel(limits.memory_bytes.saturating_add(1 << 20));
+    store.set_epoch_deadline(super::engine::deadline_ticks(limits.init_timeout));
     Ok(store)
 }
 

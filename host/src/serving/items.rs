@@ -150,16 +150,21 @@ pub fn assemble(config: &ModelConfig, mut outcomes: Vec<ItemOutcome>) -> Answer 
     stack_outputs(outcomes.into_iter().filter_map(Result::ok).collect())
 }
 
-/// Stacks every item's outputs along a new leading dimension, output by output.
+/// Stacks every item's outputs along a new leading dimension, output by output: linear
+/// in the number of outputs (each item's outputs are looked up by name through an index).
 fn stack_outputs(items: Vec<Item>) -> Answer {
     let Some(first) = items.first() else {
         return Answer::Failure(ItemError::trap("no outcome"));
     };
+    let indexed: Vec<std::collections::HashMap<&str, &Tensor>> = items
+        .iter()
+        .map(|item| item.iter().map(|t| (t.name.as_str(), t)).collect())
+        .collect();
     let mut stacked = Vec::with_capacity(first.len());
     for output in first {
-        let parts: Option<Vec<&Tensor>> = items
+        let parts: Option<Vec<&Tensor>> = indexed
             .iter()
-            .map(|item| item.iter().find(|t| t.name == output.name))
+            .map(|item| item.get(output.name.as_str()).copied())
             .collect();
         let Some(parts) = parts else {
             return Answer::Failure(ItemError::trap(format!(

@@ -128,9 +128,12 @@ pub struct Repository {
     root: PathBuf,
     runtime: Runtime,
     entries: ArcSwap<BTreeMap<String, Entry>>,
-    /// One load at a time: the watcher and the API may ask for the same model at once,
-    /// and two compiles in parallel would only slow both on a small machine.
-    loading: tokio::sync::Mutex<()>,
+    /// One change at a time per model (the watcher and the API may ask for the same
+    /// model at once); different models load side by side.
+    model_locks: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Loads (compile and init) under way at once: a few, so that one slow model does not
+    /// hold up the others, and not more than the cores can compile.
+    load_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Repository {
@@ -140,7 +143,34 @@ impl Repository {
             root: root.to_path_buf(),
             runtime,
             entries: ArcSwap::from_pointee(BTreeMap::new()),
-            loading: tokio::sync::Mutex::new(()),
+            model_locks: std::sync::Mutex::new(BTreeMap::new()),
+            load_slots: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4)),
+            )),
+        }
+    }
+
+    /// Holds `name` against other changes until dropped.
+    async fn lock_model(&self, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = match self.model_locks.lock() {
+            Ok(mut locks) => locks.entry(name.to_owned()).or_default().clone(),
+            // A panic while holding the map's lock cannot leave it inconsistent.
+            Err(poisoned) => poisoned.into_inner().entry(name.to_owned()).or_default().clone(),
+        };
+        lock.lock_owned().await
+    }
+
+    /// Lists `names` as LOADING before their first load starts, so that readiness and
+    /// the index tell the truth while the server is already listening.
+    pub fn expect(&self, names: &[String]) {
+        for name in names {
+            self.update(name, |entry| match entry {
+                Some(entry) => entry.clone(),
+                None => Entry {
+                    status: ModelStatus::Loading,
+                    attempted: None,
+                },
+            });
         }
     }
 
@@ -177,7 +207,12 @@ impl Repository {
     /// until the new one is ready, and stays when the new one fails.
     pub async fn load(&self, name: &str) -> Result<(), RepositoryError> {
         let dir = self.folder_of(name)?;
-        let _one_at_a_time = self.loading.lock().await;
+        let _this_model = self.lock_model(name).await;
+        self.load_locked(name, dir).await
+    }
+
+    /// [`Self::load`], with the model's lock held by the caller.
+    async fn load_locked(&self, name: &str, dir: PathBuf) -> Result<(), RepositoryError> {
         let attempted = fingerprint(&dir);
         self.update(name, |entry| match entry {
             // A live version keeps serving, and keeps its state, while the next one loads.
@@ -189,10 +224,15 @@ impl Repository {
         });
         let runtime = self.runtime.clone();
         let started = Instant::now();
-        // Compiling and running plugins' init blocks: off the async workers.
-        let loaded = tokio::task::spawn_blocking(move || LoadedModel::load(&runtime, &dir, None))
-            .await
-            .unwrap_or_else(|e| Err(RuntimeError::Sandbox(format!("loading panicked: {e}")).into()));
+        let slot = self.load_slots.clone().acquire_owned().await;
+        // Compiling and running plugins' init blocks: off the async workers. The slot is
+        // given back when the load ends, even if nobody waits for it any more.
+        let loaded = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            LoadedModel::load(&runtime, &dir, None)
+        })
+        .await
+        .unwrap_or_else(|e| Err(RuntimeError::Sandbox(format!("loading panicked: {e}")).into()));
         let loaded = loaded.map_err(LoadError::from).and_then(Model::start);
         match loaded {
             Ok(model) => {
@@ -245,7 +285,7 @@ impl Repository {
         if !is_valid_model_name(name) {
             return Err(RepositoryError::InvalidName(name.to_string()));
         }
-        let _one_at_a_time = self.loading.lock().await;
+        let _this_model = self.lock_model(name).await;
         if self.get(name).is_none() {
             return Err(RepositoryError::NotLoaded(name.to_string()));
         }
@@ -262,6 +302,8 @@ impl Repository {
     /// holds a model.toml, forgets it when the folder is gone.
     pub async fn reconcile(&self, name: &str) {
         let dir = self.root.join(name);
+        // Waits for a load under way, so that its fingerprint is there to compare with.
+        let _this_model = self.lock_model(name).await;
         if dir.join(MODEL_FILE).is_file() {
             let unchanged = self
                 .entries
@@ -273,9 +315,10 @@ impl Repository {
             }
             tracing::info!(model = name, "model folder changed; loading it");
             // A failure is logged and shown in the index; the previous version serves on.
-            let _ = self.load(name).await;
+            if is_valid_model_name(name) {
+                let _ = self.load_locked(name, dir).await;
+            }
         } else if self.entries.load().contains_key(name) {
-            let _one_at_a_time = self.loading.lock().await;
             self.entries.rcu(|entries| {
                 let mut entries = BTreeMap::clone(entries);
                 entries.remove(name);
@@ -301,6 +344,11 @@ impl Repository {
             entries.insert(name.to_string(), entry);
             entries
         });
+    }
+
+    /// Where a model stands, if the repository knows it.
+    pub fn status(&self, name: &str) -> Option<ModelStatus> {
+        self.entries.load().get(name).map(|e| e.status.clone())
     }
 
     /// The live version of a model.

@@ -1,7 +1,7 @@
 //! `tensorplug check`: its verdicts on a good repository and on every kind of broken
 //! model folder, compared with snapshots in tests/snapshots/.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! random mutations of good requests. Each runs against the real binary as a child
 //! process, so the memory and the log lines measured are the server's own.
 
-mod common;
+use crate::common;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -11,10 +11,6 @@ use std::time::{Duration, Instant};
 
 use common::process::ServerProcess;
 use serde_json::{json, Value};
-
-/// The tests here each run a server process and push tens of MiB through it; measured
-/// one at a time, their timings and memory peaks are the server's, not their neighbours'.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn examples() -> PathBuf {
     common::root().join("examples/models")
@@ -75,7 +71,7 @@ async fn refused_within_bounds(server: &mut ServerProcess, what: &str, body: Vec
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn costly_request_shapes_are_refused_within_a_memory_bound() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
     let mut server = ServerProcess::spawn(&examples(), &[]).await;
 
     // Many tiny inputs, each declaring a huge shape: this 7.5 MiB body used to abort the
@@ -148,7 +144,7 @@ fn digits_request(n: usize) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_values_are_echoed_bounded_in_answers_and_logs() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
     let server = ServerProcess::spawn(&examples(), &[]).await;
     let long = "n".repeat(MIB as usize);
     let mut named = digits_request(1);
@@ -180,7 +176,7 @@ async fn client_values_are_echoed_bounded_in_answers_and_logs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_bodies_decode_without_delaying_health_checks() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
     let server = ServerProcess::spawn(&examples(), &[]).await;
     // 30 MiB of JSON numbers, decoded in full, then refused for its unknown input.
     let mut body = String::from(r#"{"inputs":[{"name":"unknown","datatype":"FP64","shape":["#);
@@ -231,7 +227,7 @@ async fn large_bodies_decode_without_delaying_health_checks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn media_types_and_codings_the_server_cannot_read_get_415() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
     let server = ServerProcess::spawn(&examples(), &[]).await;
     let body = digits_request(1).to_string();
     let send = |content_type: Option<&'static str>, encoding: Option<&'static str>| {
@@ -289,7 +285,7 @@ async fn mutated_requests_get_a_4xx_or_an_answer_never_a_crash() {
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
 
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
     let mut server = ServerProcess::spawn(&examples(), &[]).await;
     let good = serde_json::to_vec(&json!({
         "id": "a", "parameters": {"timeout": 1000000},

@@ -1,6 +1,6 @@
 //! End to end: many concurrent clients share batches, and each still gets its own answer.
 
-mod common;
+use crate::common;
 
 use common::{output, output_f32, request, TestServer};
 use serde_json::{json, Value};

@@ -1,6 +1,6 @@
 //! End to end: plugins that panic, loop, or break the contract fail only their own items.
 
-mod common;
+use crate::common;
 
 use common::{output_f32, request, TestServer};
 use serde_json::json;
@@ -235,7 +235,8 @@ async fn request_timeout_answers_504_and_departed_clients_cost_no_plugin_call() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_stays_bounded_over_1000_faulting_requests() {
-    let server = TestServer::start(&repository()).await;
+    // The server as a child process, so that its memory is measured alone.
+    let server = common::process::ServerProcess::spawn(&repository(), &[]).await;
     let send = |x: f32| {
         let client = server.client.clone();
         let url = server.url(INFER);
@@ -252,18 +253,25 @@ async fn memory_stays_bounded_over_1000_faulting_requests() {
     for i in 0..100 {
         send(if i % 2 == 0 { -1.0 } else { -3.0 }).await;
     }
-    let before = common::resident_bytes();
+    let before = server.rss_kib();
     for i in 0..1000 {
         let status = send(if i % 2 == 0 { -1.0 } else { -3.0 }).await;
         assert_eq!(status, 500);
     }
-    let after = common::resident_bytes();
-    let growth = after.saturating_sub(before);
-    assert!(growth < 64 << 20, "RSS grew by {} MiB over 1000 traps", growth >> 20);
+    let growth = server.rss_kib().saturating_sub(before);
+    assert!(growth < 64 << 10, "RSS grew by {} MiB over 1000 traps", growth >> 10);
     assert_eq!(send(1.0).await, 200);
-    let stats = common::stats(&server, "faulty").await;
+    let stats: serde_json::Value = server
+        .client
+        .get(server.url("/v2/models/faulty/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let stats = &stats["model_stats"][0]["tensorplug"];
     assert_eq!(stats["instances_live"], stats["instances"], "{stats}");
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

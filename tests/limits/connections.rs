@@ -6,7 +6,7 @@
 //!
 //! The hostile clients are raw sockets; every wait is bounded.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -70,9 +70,15 @@ impl Examples {
         let task = tokio::spawn(tensorplug::app::server::run(config, listener, async move {
             let _ = rx.await;
         }));
-        // The listener is bound before the models load: this waits in its backlog.
-        let (status, _, _) = probe(address, "/v2/health/ready").await.expect("ready");
-        assert_eq!(status, 200);
+        // The server listens while its models load: ready once they have.
+        let started = tokio::time::Instant::now();
+        loop {
+            if let Some((200, _, _)) = probe(address, "/v2/health/ready").await {
+                break;
+            }
+            assert!(started.elapsed() < BOUND, "the server never became ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         Self {
             address,
             shutdown: Some(tx),
@@ -221,6 +227,7 @@ fn assert_within(what: &str, elapsed: Duration, timeout: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_stalling_in_their_headers_are_cut_off_while_others_are_served() {
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
     // Long enough that the good client is surely served before it passes, even on a
     // busy machine.
     let header_read = ms(1500);
@@ -265,6 +272,7 @@ async fn clients_stalling_in_their_headers_are_cut_off_while_others_are_served()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_kept_alive_connection_is_closed_at_the_idle_timeout_not_the_header_timeout() {
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
     // The idle timeout is the longer one: a connection idling past the header timeout
     // must still be open (hyper's own header timer alone would close it).
     let (header_read, idle) = (ms(300), ms(1200));
@@ -293,6 +301,7 @@ async fn an_idle_kept_alive_connection_is_closed_at_the_idle_timeout_not_the_hea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_body_is_answered_408_and_closed_while_a_slow_one_in_time_is_served() {
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
     let body_read = ms(1000);
     let server = Examples::serve(connection_args(10_000, 1000, 10_000)).await;
 
@@ -630,6 +639,7 @@ async fn the_cap_holds_and_a_reload_completes(mut server: Server, cap: usize, fl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_connection_cap_new_connections_are_refused_at_once_and_a_reload_still_succeeds() {
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
     let long = ["--header-read-timeout-ms", "30000", "--idle-timeout-ms", "30000"];
     let server = Server::start(&[&long[..], &["--max-connections", "8"]].concat(), None);
     let limits = server.logged("the connection limits", |l| l.contains("connection limits"));
@@ -639,6 +649,7 @@ async fn at_the_connection_cap_new_connections_are_refused_at_once_and_a_reload_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_descriptor_limit_lowers_the_cap_and_keeps_a_reserve_for_reloads() {
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
     // 160 descriptors, 128 of them reserved: 32 connections, not the default 1024. Then
     // 32 held and 200 refused: more connections than the server has descriptors.
     let long = ["--header-read-timeout-ms", "30000", "--idle-timeout-ms", "30000"];

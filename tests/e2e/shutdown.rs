@@ -2,7 +2,7 @@
 //! of them finish, then the process exits 0; a request that runs past the grace period
 //! does not hold the exit back beyond it.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -52,6 +52,14 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     };
 
     let client = reqwest::Client::new();
+    // The server listens while its model loads: wait until it is ready.
+    for _ in 0..600 {
+        let ready = client.get(format!("http://{address}/v2/health/ready")).send().await;
+        if ready.is_ok_and(|r| r.status().is_success()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let url = format!("http://{address}/v2/models/faulty/infer");
     let requests: Vec<_> = (0..8)
         .map(|i| {

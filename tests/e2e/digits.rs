@@ -1,7 +1,7 @@
 //! End to end: the digits example served over REST, checked against scikit-learn's own
 //! answers, and every way a client can get a request wrong.
 
-mod common;
+use crate::common;
 
 use common::{output, output_f32, request, TestServer};
 use serde_json::{json, Value};
@@ -335,4 +335,47 @@ async fn raw_post_headers(server: &TestServer, path: &str, content_length: usize
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
     String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The pipeline stands on its own: a loaded model runs items with no server, no batcher
+/// and no async runtime (what `tensorplug check` and an in-process client build on).
+#[test]
+fn a_loaded_model_runs_without_a_server_or_an_async_runtime() {
+    use tensorplug::model::tensor::{DataType, Tensor};
+    use tensorplug::pipeline::LoadedModel;
+    use tensorplug::runtime::Runtime;
+
+    let runtime = Runtime::new(None).expect("runtime");
+    let mut loaded =
+        LoadedModel::load(&runtime, &repository().join("digits"), Some(1)).expect("the digits model loads");
+    let image = |pixels: &[f32]| {
+        vec![Tensor {
+            name: "input-0".into(),
+            datatype: DataType::Fp32,
+            shape: vec![64],
+            data: pixels.iter().flat_map(|p| p.to_le_bytes()).collect(),
+        }]
+    };
+    let cases = cases();
+    let mut bad = cases[1].pixels.clone();
+    bad[5] = 99.0;
+    let outcomes = loaded.instances[0].run(vec![image(&cases[0].pixels), image(&bad), image(&cases[2].pixels)]);
+    assert_eq!(outcomes.len(), 3);
+    for (outcome, case) in [(&outcomes[0], &cases[0]), (&outcomes[2], &cases[2])] {
+        let outputs = outcome.as_ref().expect("a good image succeeds");
+        let label = outputs.iter().find(|t| t.name == "label").expect("label");
+        let proba = outputs
+            .iter()
+            .find(|t| t.name == "probabilities")
+            .expect("probabilities");
+        let label = i64::from_le_bytes(label.data[..8].try_into().unwrap());
+        let proba: Vec<f32> = proba
+            .data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_matches(case, label, &proba, "in-process");
+    }
+    let error = outcomes[1].as_ref().expect_err("the bad image fails alone");
+    assert_eq!(error.status, 400, "{}", error.message);
 }

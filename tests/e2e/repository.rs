@@ -1,7 +1,7 @@
 //! End to end: the model repository changes under load — new versions, broken builds,
 //! added and removed folders, the repository API — and no request fails because of it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,0 +1,169 @@
+//! Deadlines that hold whatever the plugin does, host calls included: a plugin parked in
+//! a WASI sleep (fault -9 of examples/faulty) or sleeping in `init`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::common;
+use common::{request, TestServer};
+
+const INFER: &str = "/v2/models/faulty/infer";
+
+/// Sends a one-item request for `x`; resolves to its status and how long it took.
+fn timed_single(server: &TestServer, x: f32) -> tokio::task::JoinHandle<(u16, Duration)> {
+    let (client, url) = (server.client.clone(), server.url(INFER));
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let body = request("x", "FP32", &[1, 1], json!([x]));
+        let status = client.post(url).json(&body).send().await.unwrap().status().as_u16();
+        (status, started.elapsed())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_sleeping_in_a_host_call_answers_504_at_its_deadline() {
+    let repository = common::faulty_repository(&common::faulty_config(
+        "max_batch_size = 8\nmax_queue_delay_us = 50000",
+        "instances = 1\ntimeout_ms = 300",
+    ));
+    let server = TestServer::start(repository.path()).await;
+
+    // Alone: one deadline, not the 3 s the plugin asked for.
+    let (status, took) = timed_single(&server, -9.0).await.unwrap();
+    assert_eq!(status, 504);
+    assert!(
+        took < Duration::from_millis(300 + 400),
+        "the sleeper answered after {took:?}"
+    );
+
+    // With neighbours in its batch: they pay one deadline plus their own short re-run,
+    // the sleeper one more deadline (it is re-run alone), never its 3 s.
+    let sleeper = timed_single(&server, -9.0);
+    let neighbours: Vec<_> = (1..=3).map(|x| timed_single(&server, x as f32)).collect();
+    let (status, took) = sleeper.await.unwrap();
+    assert_eq!(status, 504);
+    assert!(
+        took < Duration::from_millis(2 * 300 + 500),
+        "the sleeper answered after {took:?}"
+    );
+    for neighbour in neighbours {
+        let (status, took) = neighbour.await.unwrap();
+        assert_eq!(status, 200);
+        assert!(
+            took < Duration::from_millis(300 + 500),
+            "a neighbour answered after {took:?}"
+        );
+    }
+    let (status, body) = server
+        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([4.0])))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        common::output_f32(&body, "y"),
+        vec![8.0],
+        "the replaced instance serves"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sleepers_do_not_starve_another_client() {
+    let repository = common::faulty_repository(&common::faulty_config(
+        "max_batch_size = 1\nmax_queue_delay_us = 0",
+        "instances = 2\ntimeout_ms = 300",
+    ));
+    let server = TestServer::start(repository.path()).await;
+    let sleepers: Vec<_> = (0..2).map(|_| timed_single(&server, -9.0)).collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (status, took) = timed_single(&server, 1.0).await.unwrap();
+    assert_eq!(status, 200);
+    // It waits for an instance at most one deadline.
+    assert!(took < Duration::from_millis(300 + 400), "answered after {took:?}");
+    for sleeper in sleepers {
+        assert_eq!(sleeper.await.unwrap().0, 504);
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_init_sleeping_past_its_deadline_fails_the_load_at_the_deadline() {
+    let config = format!(
+        "{}\ninit_timeout_ms = 400\n\n[parameters]\nsleep_init_ms = \"20000\"\n",
+        common::faulty_config("max_batch_size = 1", "instances = 1")
+    );
+    let repository = common::faulty_repository(&config);
+    let started = Instant::now();
+    let server = TestServer::start(repository.path()).await;
+    let index = common::index(&server).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    let row = &index[0];
+    assert_eq!(row["state"], "UNAVAILABLE", "{index}");
+    assert!(
+        row["reason"]
+            .as_str()
+            .unwrap()
+            .contains("init did not finish within its time limit of 400 ms"),
+        "{index}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_is_live_while_a_slow_model_loads_and_ready_after() {
+    // init sleeps 1.5 s (within its 5 s limit): the model loads slowly but loads.
+    let config = format!(
+        "{}\ninit_timeout_ms = 5000\n\n[parameters]\nsleep_init_ms = \"1500\"\n",
+        common::faulty_config("max_batch_size = 1", "instances = 1")
+    );
+    let repository = common::faulty_repository(&config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let started = Instant::now();
+    let server = tokio::spawn(tensorplug::app::server::run(
+        tensorplug::app::config::ServeConfig::for_repository(repository.path()),
+        listener,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let client = reqwest::Client::new();
+    let url = |path: &str| format!("http://{address}{path}");
+    let live = loop {
+        if let Ok(r) = client.get(url("/v2/health/live")).send().await {
+            break r.status().as_u16();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(live, 200);
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "live after {:?}",
+        started.elapsed()
+    );
+    let ready = client.get(url("/v2/health/ready")).send().await.unwrap().status();
+    assert_eq!(ready, 503, "not ready while the model loads");
+    let early = client
+        .post(url(INFER))
+        .json(&request("x", "FP32", &[1, 1], json!([1.0])))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(early.status(), 503, "a loading model answers 503, to be retried");
+    assert_eq!(early.headers()["retry-after"], "1");
+    let ready_at = loop {
+        if client.get(url("/v2/health/ready")).send().await.unwrap().status() == 200 {
+            break started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "never became ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(ready_at >= Duration::from_millis(1500), "ready after {ready_at:?}");
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
