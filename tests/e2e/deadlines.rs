@@ -167,3 +167,69 @@ async fn the_server_is_live_while_a_slow_model_loads_and_ready_after() {
     let _ = stop.send(());
     server.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_of_a_request_that_timed_out_free_their_instance_promptly() {
+    let repository = common::faulty_repository(&common::faulty_config(
+        "max_batch_size = 16\nmax_queue_delay_us = 0",
+        "instances = 1\ntimeout_ms = 1500",
+    ));
+    let server = TestServer::start(repository.path()).await;
+    // Sixteen looping items, with a 300 ms budget for the whole request.
+    let mut looping = request("x", "FP32", &[16, 1], json!(vec![-2.0; 16]));
+    looping["parameters"] = json!({"timeout": 300_000});
+    let started = Instant::now();
+    let (status, body) = server.post_json(INFER, &looping).await;
+    assert_eq!(status, 207, "{body}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        started.elapsed()
+    );
+    // The batch runs into its 1.5 s call limit once; its items are not re-run one by one
+    // (16 more limits) for a client that is no longer waiting.
+    let started = Instant::now();
+    let (status, body) = server
+        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([3.0])))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500 + 1000),
+        "the next client waited {:?}",
+        started.elapsed()
+    );
+    let stats = common::stats(&server, "faulty").await;
+    assert!(stats["items_abandoned"].as_u64().unwrap() >= 15, "{stats}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_clients_batch_level_error_leaves_another_clients_items_answered() {
+    // Requests wait up to 300 ms for company, so the two clients share one batch.
+    let repository = common::faulty_repository(&common::faulty_config(
+        "max_batch_size = 8\nmax_queue_delay_us = 300000",
+        "instances = 1",
+    ));
+    let server = TestServer::start(repository.path()).await;
+    let (bad, good) = (
+        request("x", "FP32", &[1, 1], json!([-15.0])),
+        request("x", "FP32", &[2, 1], json!([1.0, 2.0])),
+    );
+    let (bad, good) = (server.post_json(INFER, &bad), server.post_json(INFER, &good));
+    let ((bad_status, bad_body), (good_status, good_body)) = tokio::join!(bad, good);
+    assert_eq!(bad_status, 400, "{bad_body}");
+    assert!(
+        bad_body["error"].as_str().unwrap().contains("batch rejected"),
+        "{bad_body}"
+    );
+    assert_eq!(good_status, 200, "{good_body}");
+    assert_eq!(common::output_f32(&good_body, "y"), vec![2.0, 4.0]);
+    let stats = common::stats(&server, "faulty").await;
+    // Both clients' three items went out as one batch: the isolation happened inside it.
+    assert_eq!(
+        (stats["batches"].as_u64(), stats["items"].as_u64()),
+        (Some(1), Some(3)),
+        "{stats}"
+    );
+    server.stop().await;
+}

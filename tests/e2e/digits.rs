@@ -359,7 +359,8 @@ fn a_loaded_model_runs_without_a_server_or_an_async_runtime() {
     let cases = cases();
     let mut bad = cases[1].pixels.clone();
     bad[5] = 99.0;
-    let outcomes = loaded.instances[0].run(vec![image(&cases[0].pixels), image(&bad), image(&cases[2].pixels)]);
+    let items = vec![image(&cases[0].pixels), image(&bad), image(&cases[2].pixels)];
+    let outcomes = loaded.instances[0].run(items, &tensorplug::pipeline::Everyone);
     assert_eq!(outcomes.len(), 3);
     for (outcome, case) in [(&outcomes[0], &cases[0]), (&outcomes[2], &cases[2])] {
         let outputs = outcome.as_ref().expect("a good image succeeds");

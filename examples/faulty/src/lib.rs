@@ -19,6 +19,7 @@
 //! | -12 | an item failure 422 with a 10 MiB message |
 //! | -13 | the batch's outputs hold `y` twice |
 //! | -14 | the batch's outputs hold 100,000 more tensors |
+//! | -15 | predict fails the whole batch (400 "faulty: batch rejected") |
 //!
 //! With the parameter `fail_init = "true"`, `init` fails; with `sleep_init_ms = N`,
 //! `init` first sleeps N ms (in a host call).
@@ -77,6 +78,7 @@ impl Predictor for Faulty {
                 Some(12) => failures.push(ItemError::new(422, "m".repeat(10 << 20)).at(i as u32)),
                 Some(13) => twice = true,
                 Some(14) => flood = true,
+                Some(15) => return Err(ItemError::bad_request("faulty: batch rejected")),
                 _ => {}
             }
             y.push(scale * v);
@@ -102,10 +104,10 @@ impl Predictor for Faulty {
     }
 }
 
-/// `Some(k)` when `v` is exactly `-k` for a fault code `k` in 1..=14.
+/// `Some(k)` when `v` is exactly `-k` for a fault code `k` in 1..=15.
 fn fault_code(v: f32) -> Option<u8> {
     let code = -v;
-    (code.fract() == 0.0 && (1.0..=14.0).contains(&code)).then_some(code as u8)
+    (code.fract() == 0.0 && (1.0..=15.0).contains(&code)).then_some(code as u8)
 }
 
 /// Opens the model's own config again and again, keeping every handle.

@@ -7,8 +7,18 @@
 //! the items are re-run one by one (`n` short calls, plus one more deadline per slow
 //! item).
 //!
+//! Two more rules keep one client's items from costing or failing another's:
+//! - before every call (the first, each half, each one-by-one re-run) items nobody waits
+//!   for any more — their client left, or their request's deadline passed — are dropped
+//!   and answered 504 without a plugin call;
+//! - a batch-level error (predict failing the whole call) is only given to every item
+//!   when they all belong to one request; a call mixing requests is split in halves like
+//!   a trap, so the error lands on the items of the request that causes it (at most
+//!   `2·r·⌈log2 n⌉` extra calls for `r` such requests among `n` items).
+//!
 //! The algorithm only needs a stage that hands out a live instance and replaces it after
-//! a trap, so it is tested here with a fake stage.
+//! a trap, and an [`Audience`] that knows the items' clients, so it is tested here with
+//! fakes of both.
 
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
@@ -23,6 +33,28 @@ pub(crate) trait Stage {
     fn instance(&mut self) -> Result<&mut Self::Instance, ItemError>;
     /// Drops a trapped instance (it is never entered again) and replaces it.
     fn replace(&mut self, trapped: &Trapped);
+}
+
+/// What the pipeline may ask about the clients of the items it runs, by item index.
+pub trait Audience {
+    /// Whether the item is still worth running: its client waits and its request's
+    /// deadline has not passed.
+    fn wanted(&self, index: usize) -> bool;
+    /// The request the item belongs to; items of one request share it.
+    fn request(&self, index: usize) -> u64;
+}
+
+/// Every item is wanted and is its own request.
+pub struct Everyone;
+
+impl Audience for Everyone {
+    fn wanted(&self, _: usize) -> bool {
+        true
+    }
+
+    fn request(&self, index: usize) -> u64 {
+        index as u64
+    }
 }
 
 /// An item with its position in the batch the pipeline was given.
@@ -48,6 +80,25 @@ pub(crate) type StageCall<'a, I> = dyn Fn(&mut I, &[Indexed]) -> Result<Vec<Item
 pub(crate) fn run_bisected<S: Stage>(
     stage: &mut S,
     items: Vec<Indexed>,
+    audience: &dyn Audience,
+    call: &StageCall<'_, S::Instance>,
+) -> Vec<(usize, ItemOutcome)> {
+    let (items, mut answered) = drop_unwanted(items, audience);
+    answered.extend(run_wanted(stage, items, audience, call));
+    answered
+}
+
+/// Splits off the items nobody waits for, answered without a call.
+fn drop_unwanted(items: Vec<Indexed>, audience: &dyn Audience) -> (Vec<Indexed>, Vec<(usize, ItemOutcome)>) {
+    let (wanted, unwanted): (Vec<Indexed>, Vec<Indexed>) = items.into_iter().partition(|(i, _)| audience.wanted(*i));
+    let abandoned = ItemError::deadline("not run: the client left or the request's deadline passed");
+    (wanted, answer_all(unwanted, &abandoned))
+}
+
+fn run_wanted<S: Stage>(
+    stage: &mut S,
+    items: Vec<Indexed>,
+    audience: &dyn Audience,
     call: &StageCall<'_, S::Instance>,
 ) -> Vec<(usize, ItemOutcome)> {
     if items.is_empty() {
@@ -62,8 +113,13 @@ pub(crate) fn run_bisected<S: Stage>(
         Err(failure) => failure,
     };
     let mut deadline = false;
+    let one_request = items
+        .iter()
+        .all(|(i, _)| audience.request(*i) == audience.request(items[0].0));
     let error = match failure {
-        CallFailure::All(error) => return answer_all(items, &error),
+        CallFailure::All(error) if one_request || items.len() == 1 => return answer_all(items, &error),
+        // Another request's item may be the cause: find it before failing anyone.
+        CallFailure::All(error) => error,
         CallFailure::Trapped(trapped) => {
             stage.replace(&trapped);
             deadline = trapped.deadline;
@@ -85,7 +141,7 @@ pub(crate) fn run_bisected<S: Stage>(
     };
     parts
         .into_iter()
-        .flat_map(|part| run_bisected(stage, part, call))
+        .flat_map(|part| run_bisected(stage, part, audience, call))
         .collect()
 }
 
@@ -209,7 +265,12 @@ mod tests {
     fn a_call_without_failures_costs_one_call() {
         let (culprits, calls) = (HashSet::new(), Cell::new(0));
         let mut stage = FakeStage::default();
-        let outcomes = run_bisected(&mut stage, items(32), &call_failing_on(&culprits, &calls, trap));
+        let outcomes = run_bisected(
+            &mut stage,
+            items(32),
+            &Everyone,
+            &call_failing_on(&culprits, &calls, trap),
+        );
         check_outcomes(&outcomes, 32, &culprits, 500);
         assert_eq!(calls.get(), 1);
         assert_eq!(stage.replacements, 0);
@@ -228,7 +289,12 @@ mod tests {
                 let culprits: HashSet<usize> = culprits.into_iter().collect();
                 let calls = Cell::new(0);
                 let mut stage = FakeStage::default();
-                let outcomes = run_bisected(&mut stage, items(n), &call_failing_on(&culprits, &calls, trap));
+                let outcomes = run_bisected(
+                    &mut stage,
+                    items(n),
+                    &Everyone,
+                    &call_failing_on(&culprits, &calls, trap),
+                );
                 check_outcomes(&outcomes, n, &culprits, 500);
                 let k = culprits.len();
                 let extra = calls.get() - 1;
@@ -248,7 +314,12 @@ mod tests {
         let culprits: HashSet<usize> = [3, 11].into_iter().collect();
         let calls = Cell::new(0);
         let mut stage = FakeStage::default();
-        let outcomes = run_bisected(&mut stage, items(16), &call_failing_on(&culprits, &calls, timeout));
+        let outcomes = run_bisected(
+            &mut stage,
+            items(16),
+            &Everyone,
+            &call_failing_on(&culprits, &calls, timeout),
+        );
         check_outcomes(&outcomes, 16, &culprits, 504);
         // One batch call, then each item alone: one more deadline per slow item only.
         assert_eq!(calls.get(), 1 + 16);
@@ -260,7 +331,12 @@ mod tests {
         let culprits: HashSet<usize> = [5].into_iter().collect();
         let calls = Cell::new(0);
         let mut stage = FakeStage::default();
-        let outcomes = run_bisected(&mut stage, items(8), &call_failing_on(&culprits, &calls, violation));
+        let outcomes = run_bisected(
+            &mut stage,
+            items(8),
+            &Everyone,
+            &call_failing_on(&culprits, &calls, violation),
+        );
         check_outcomes(&outcomes, 8, &culprits, 500);
         assert_eq!(stage.replacements, 0);
         assert!(calls.get() - 1 <= 2 * ceil_log2(8));
@@ -268,15 +344,87 @@ mod tests {
         assert!(culprit.as_ref().unwrap_err().message.contains("returned 3 results"));
     }
 
+    /// Items grouped into requests of `per_request` consecutive items; the odd ones are
+    /// unwanted when `drop_odd`.
+    struct Requests {
+        per_request: usize,
+        drop_odd: bool,
+        asked: Cell<usize>,
+    }
+
+    impl Audience for Requests {
+        fn wanted(&self, index: usize) -> bool {
+            self.asked.set(self.asked.get() + 1);
+            !(self.drop_odd && index % 2 == 1)
+        }
+
+        fn request(&self, index: usize) -> u64 {
+            (index / self.per_request) as u64
+        }
+    }
+
+    fn requests(per_request: usize) -> Requests {
+        Requests {
+            per_request,
+            drop_odd: false,
+            asked: Cell::new(0),
+        }
+    }
+
+    fn whole_batch_error() -> CallFailure {
+        CallFailure::All(ItemError::new(422, "whole batch"))
+    }
+
     #[test]
-    fn a_whole_call_error_answers_every_item_without_bisecting() {
+    fn a_whole_call_error_of_one_request_answers_its_items_without_bisecting() {
         let culprits: HashSet<usize> = [0].into_iter().collect();
         let calls = Cell::new(0);
         let mut stage = FakeStage::default();
-        let all = || CallFailure::All(ItemError::new(422, "whole batch"));
-        let outcomes = run_bisected(&mut stage, items(4), &call_failing_on(&culprits, &calls, all));
+        let one_request = requests(4);
+        let failing = call_failing_on(&culprits, &calls, whole_batch_error);
+        let outcomes = run_bisected(&mut stage, items(4), &one_request, &failing);
         assert_eq!(calls.get(), 1);
         assert!(outcomes.iter().all(|(_, o)| o.as_ref().unwrap_err().status == 422));
+    }
+
+    #[test]
+    fn a_whole_call_error_never_fails_another_requests_items() {
+        // Eight requests of four items; request 5 holds the culprit.
+        let culprits: HashSet<usize> = [21].into_iter().collect();
+        let calls = Cell::new(0);
+        let mut stage = FakeStage::default();
+        let audience = requests(4);
+        let failing = call_failing_on(&culprits, &calls, whole_batch_error);
+        let outcomes = run_bisected(&mut stage, items(32), &audience, &failing);
+        let failed: HashSet<usize> = (20..24).collect();
+        check_outcomes(&outcomes, 32, &failed, 422);
+        assert_eq!(stage.replacements, 0, "a plugin's error is no trap");
+        assert!(calls.get() - 1 <= 2 * ceil_log2(32), "{} extra calls", calls.get() - 1);
+    }
+
+    #[test]
+    fn items_nobody_waits_for_are_answered_504_without_a_call() {
+        let calls = Cell::new(0);
+        let mut stage = FakeStage::default();
+        let audience = Requests {
+            drop_odd: true,
+            ..requests(1)
+        };
+        let seen = Cell::new(0);
+        let counting = |instance: &mut u32, items: &[Indexed]| {
+            seen.set(seen.get() + items.len());
+            call_failing_on(&HashSet::new(), &calls, trap)(instance, items)
+        };
+        let outcomes = run_bisected(&mut stage, items(10), &audience, &counting);
+        assert_eq!(seen.get(), 5, "only the wanted items reach the plugin");
+        for (index, outcome) in &outcomes {
+            if index % 2 == 1 {
+                assert_eq!(outcome.as_ref().unwrap_err().status, 504);
+            } else {
+                assert!(outcome.is_ok());
+            }
+        }
+        assert_eq!(outcomes.len(), 10);
     }
 
     #[test]
@@ -286,7 +434,12 @@ mod tests {
             unavailable: true,
             ..FakeStage::default()
         };
-        let outcomes = run_bisected(&mut stage, items(3), &call_failing_on(&HashSet::new(), &calls, trap));
+        let outcomes = run_bisected(
+            &mut stage,
+            items(3),
+            &Everyone,
+            &call_failing_on(&HashSet::new(), &calls, trap),
+        );
         assert_eq!(calls.get(), 0);
         assert!(outcomes.iter().all(|(_, o)| o.as_ref().unwrap_err().status == 503));
     }

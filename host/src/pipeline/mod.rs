@@ -27,6 +27,7 @@ mod load;
 mod predict;
 mod slot;
 
+pub use bisect::{Audience, Everyone};
 pub use load::{LoadError, LoadedModel};
 
 use std::sync::Arc;
@@ -90,8 +91,10 @@ impl PipelineInstance {
         live(&self.preprocess) && self.predict.is_live() && live(&self.postprocess)
     }
 
-    /// Runs `items` through every stage; one outcome per item, in order.
-    pub fn run(&mut self, items: Vec<Item>) -> Vec<ItemOutcome> {
+    /// Runs `items` through every stage; one outcome per item, in order. `audience`
+    /// tells which items are still wanted (checked before every call) and which request
+    /// each belongs to.
+    pub fn run(&mut self, items: Vec<Item>, audience: &dyn Audience) -> Vec<ItemOutcome> {
         let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; items.len()];
         let mut alive: Vec<Indexed> = items.into_iter().enumerate().collect();
 
@@ -101,13 +104,16 @@ impl PipelineInstance {
         let last_is_predict = self.postprocess.is_none();
         if let Some(slot) = self.preprocess.as_mut() {
             let call = |instance: &mut StageInstance, items: &[Indexed]| map_items(instance, items, &[]);
-            alive = settle(&mut outcomes, run_bisected(slot, alive, &call));
+            alive = settle(&mut outcomes, run_bisected(slot, alive, audience, &call));
         }
         let predict_declared = if last_is_predict { declared } else { &[] };
-        alive = settle(&mut outcomes, run_predict(&mut self.predict, alive, predict_declared));
+        alive = settle(
+            &mut outcomes,
+            run_predict(&mut self.predict, alive, audience, predict_declared),
+        );
         if let Some(slot) = self.postprocess.as_mut() {
             let call = |instance: &mut StageInstance, items: &[Indexed]| map_items(instance, items, declared);
-            alive = settle(&mut outcomes, run_bisected(slot, alive, &call));
+            alive = settle(&mut outcomes, run_bisected(slot, alive, audience, &call));
         }
         for (index, item) in alive {
             outcomes[index] = Some(Ok(item));

@@ -1,7 +1,7 @@
 //! The predict stage: items grouped into sub-batches of one shape, stacked, called,
 //! checked, and split back per item.
 
-use super::bisect::{run_bisected, CallFailure, Indexed};
+use super::bisect::{run_bisected, Audience, CallFailure, Indexed};
 use super::contract::{check_declared, check_names};
 use super::slot::Slot;
 use crate::model::config::TensorSpec;
@@ -10,11 +10,16 @@ use crate::model::tensor::{Item, Tensor};
 use crate::runtime::{Prediction, StageInstance};
 
 /// Groups items by their per-item shapes and runs each group through predict.
-pub(crate) fn run_predict(slot: &mut Slot, items: Vec<Indexed>, declared: &[TensorSpec]) -> Vec<(usize, ItemOutcome)> {
+pub(crate) fn run_predict(
+    slot: &mut Slot,
+    items: Vec<Indexed>,
+    audience: &dyn Audience,
+    declared: &[TensorSpec],
+) -> Vec<(usize, ItemOutcome)> {
     let call = |instance: &mut StageInstance, items: &[Indexed]| predict_batch(instance, items, declared);
     group_by_shape(items)
         .into_iter()
-        .flat_map(|group| run_bisected(slot, group, &call))
+        .flat_map(|group| run_bisected(slot, group, audience, &call))
         .collect()
 }
 

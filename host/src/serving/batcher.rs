@@ -17,17 +17,29 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::instances::Job;
+use super::instances::{Job, JobItem};
 use super::stats::ModelStats;
-use crate::model::outcome::ItemOutcome;
+use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
 
 /// An item waiting in the queue.
 pub struct QueuedItem {
     pub item: Item,
     pub reply: oneshot::Sender<ItemOutcome>,
-    /// Holds the item's place in the bounded queue until it is dispatched.
-    admission: OwnedSemaphorePermit,
+    /// The request it came in (items of one request share it).
+    pub request: u64,
+    /// When its request stops waiting.
+    pub deadline: Instant,
+    /// Holds the item's place in the bounded queue until it is dispatched (dropped
+    /// with the rest of the item when it leaves the queue).
+    _admission: OwnedSemaphorePermit,
+}
+
+impl QueuedItem {
+    /// Whether anyone still waits for this item's answer.
+    fn wanted(&self, now: Instant) -> bool {
+        !self.reply.is_closed() && now < self.deadline
+    }
 }
 
 /// Why items could not be queued.
@@ -46,6 +58,8 @@ pub struct BatcherHandle {
     queue: mpsc::UnboundedSender<QueuedItem>,
     admission: Arc<Semaphore>,
     capacity: usize,
+    /// Numbers requests, so that the pipeline can tell one client's items from another's.
+    requests: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Batch-forming settings.
@@ -73,11 +87,18 @@ impl BatcherHandle {
             queue,
             admission: Arc::new(Semaphore::new(policy.max_queue_size)),
             capacity: policy.max_queue_size,
+            requests: Arc::default(),
         }
     }
 
-    /// Queues every item of one request, or none of them.
-    pub fn submit(&self, items: Vec<Item>) -> Result<Vec<oneshot::Receiver<ItemOutcome>>, SubmitError> {
+    /// Queues every item of one request, or none of them; the request stops waiting at
+    /// `deadline`.
+    pub fn submit(
+        &self,
+        items: Vec<Item>,
+        deadline: Instant,
+    ) -> Result<Vec<oneshot::Receiver<ItemOutcome>>, SubmitError> {
+        let request = self.requests.fetch_add(1, Ordering::Relaxed);
         let full = || SubmitError::QueueFull {
             model: self.model.to_string(),
             capacity: self.capacity,
@@ -95,7 +116,13 @@ impl BatcherHandle {
             // which the count above rules out.
             let admission = permits.split(1).ok_or_else(full)?;
             self.queue
-                .send(QueuedItem { item, reply, admission })
+                .send(QueuedItem {
+                    item,
+                    reply,
+                    request,
+                    deadline,
+                    _admission: admission,
+                })
                 .map_err(|_| SubmitError::Closed {
                     model: self.model.to_string(),
                 })?;
@@ -123,20 +150,27 @@ async fn run_queue(
         batch.push(first);
         gather(&mut receiver, &mut batch, &policy).await;
 
-        let before = batch.len();
-        batch.retain(|queued| !queued.reply.is_closed());
-        let gone = before - batch.len();
-        if gone > 0 {
-            stats.items_abandoned.fetch_add(gone as u64, Ordering::Relaxed);
+        // Nobody waits for these any more: no plugin call for them.
+        let now = Instant::now();
+        let (batch, gone): (Vec<QueuedItem>, Vec<QueuedItem>) = batch.into_iter().partition(|q| q.wanted(now));
+        if !gone.is_empty() {
+            stats.items_abandoned.fetch_add(gone.len() as u64, Ordering::Relaxed);
+            for queued in gone {
+                let _ = queued.reply.send(Err(ItemError::deadline(
+                    "not run: the request's deadline passed while it was queued",
+                )));
+            }
         }
         if batch.is_empty() {
             continue;
         }
         let items = batch
             .into_iter()
-            .map(|QueuedItem { item, reply, admission }| {
-                drop(admission);
-                (item, reply)
+            .map(|queued| JobItem {
+                item: queued.item,
+                reply: queued.reply,
+                request: queued.request,
+                deadline: queued.deadline.into_std(),
             })
             .collect();
         if jobs.send(Job { items, instance }).is_err() {
@@ -229,7 +263,12 @@ mod tests {
     }
 
     fn markers(job: &Job) -> Vec<u8> {
-        job.items.iter().map(|(item, _)| item[0].data[0]).collect()
+        job.items.iter().map(|queued| queued.item[0].data[0]).collect()
+    }
+
+    /// A deadline no test reaches.
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
     }
 
     /// The next batch handed to the instances, if one comes within `within` (of the
@@ -251,7 +290,7 @@ mod tests {
     async fn a_lone_item_is_not_held_back() {
         let h = batcher(1, 8, Duration::ZERO, 64);
         let started = Instant::now();
-        let _reply = h.handle.submit(vec![item(1)]).unwrap();
+        let _reply = h.handle.submit(vec![item(1)], far()).unwrap();
         let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a batch");
         assert_eq!(markers(&job), vec![1]);
         assert!(started.elapsed() < Duration::from_millis(2), "{:?}", started.elapsed());
@@ -260,9 +299,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn batches_grow_while_every_instance_is_busy() {
         let h = batcher(1, 4, Duration::ZERO, 64);
-        let _first = h.handle.submit(vec![item(0)]).unwrap();
+        let _first = h.handle.submit(vec![item(0)], far()).unwrap();
         let busy = next_job(&h.jobs, Duration::from_secs(1)).await.expect("first batch");
-        let _waiting: Vec<_> = (1..=6).map(|m| h.handle.submit(vec![item(m)]).unwrap()).collect();
+        let _waiting: Vec<_> = (1..=6)
+            .map(|m| h.handle.submit(vec![item(m)], far()).unwrap())
+            .collect();
         assert!(
             next_job(&h.jobs, Duration::from_millis(50)).await.is_none(),
             "no instance is free"
@@ -283,7 +324,7 @@ mod tests {
     async fn a_free_instance_waits_max_queue_delay_for_a_fuller_batch() {
         let h = batcher(1, 4, Duration::from_millis(10), 64);
         let started = Instant::now();
-        let _one = h.handle.submit(vec![item(1)]).unwrap();
+        let _one = h.handle.submit(vec![item(1)], far()).unwrap();
         let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a batch");
         let waited = started.elapsed();
         assert_eq!(markers(&job), vec![1]);
@@ -294,7 +335,9 @@ mod tests {
         drop(job);
         // A full batch does not wait.
         let started = Instant::now();
-        let _four: Vec<_> = (1..=4).map(|m| h.handle.submit(vec![item(m)]).unwrap()).collect();
+        let _four: Vec<_> = (1..=4)
+            .map(|m| h.handle.submit(vec![item(m)], far()).unwrap())
+            .collect();
         let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a full batch");
         assert_eq!(job.items.len(), 4);
         assert!(started.elapsed() < Duration::from_millis(2));
@@ -303,10 +346,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn items_whose_client_has_gone_are_skipped() {
         let h = batcher(1, 8, Duration::ZERO, 64);
-        let _first = h.handle.submit(vec![item(0)]).unwrap();
+        let _first = h.handle.submit(vec![item(0)], far()).unwrap();
         let busy = next_job(&h.jobs, Duration::from_secs(1)).await.expect("first batch");
-        let kept = h.handle.submit(vec![item(1)]).unwrap();
-        let gone = h.handle.submit(vec![item(2), item(3)]).unwrap();
+        let kept = h.handle.submit(vec![item(1)], far()).unwrap();
+        let gone = h.handle.submit(vec![item(2), item(3)], far()).unwrap();
         drop(gone); // that client hung up while its items waited
         drop(busy);
         let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("second batch");
@@ -318,10 +361,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_queue_refuses_whole_requests() {
         let h = batcher(1, 2, Duration::ZERO, 4);
-        let _first = h.handle.submit(vec![item(0)]).unwrap();
+        let _first = h.handle.submit(vec![item(0)], far()).unwrap();
         let busy = next_job(&h.jobs, Duration::from_secs(1)).await.expect("first batch");
-        let _three = h.handle.submit(vec![item(1), item(2), item(3)]).unwrap();
-        let refused = h.handle.submit(vec![item(4), item(5)]);
+        let _three = h.handle.submit(vec![item(1), item(2), item(3)], far()).unwrap();
+        let refused = h.handle.submit(vec![item(4), item(5)], far());
         assert_eq!(
             refused.err(),
             Some(SubmitError::QueueFull {
@@ -330,12 +373,12 @@ mod tests {
             })
         );
         // None of the refused request's items were queued; one more fits.
-        let _one = h.handle.submit(vec![item(6)]).unwrap();
-        assert!(h.handle.submit(vec![item(7)]).is_err());
+        let _one = h.handle.submit(vec![item(6)], far()).unwrap();
+        assert!(h.handle.submit(vec![item(7)], far()).is_err());
         drop(busy);
         let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("second batch");
         assert_eq!(markers(&job), vec![1, 2]);
         // Dispatched items leave the queue: their places are free again.
-        assert!(h.handle.submit(vec![item(8), item(9)]).is_ok());
+        assert!(h.handle.submit(vec![item(8), item(9)], far()).is_ok());
     }
 }

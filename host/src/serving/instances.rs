@@ -3,6 +3,7 @@
 //! Plugins run on these dedicated threads, never on the async runtime: wasmtime's sync
 //! WASI calls block, and a long plugin call must not stall the HTTP edge.
 
+use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,11 +13,19 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use super::stats::ModelStats;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
-use crate::pipeline::PipelineInstance;
+use crate::pipeline::{Audience, PipelineInstance};
+
+/// An item handed to an instance, with what the pipeline needs to know of its client.
+pub struct JobItem {
+    pub item: Item,
+    pub reply: oneshot::Sender<ItemOutcome>,
+    pub request: u64,
+    pub deadline: std::time::Instant,
+}
 
 /// A batch for one instance.
 pub struct Job {
-    pub items: Vec<(Item, oneshot::Sender<ItemOutcome>)>,
+    pub items: Vec<JobItem>,
     /// Returned (dropped) when the instance is done, which lets the batcher dispatch again.
     pub instance: OwnedSemaphorePermit,
 }
@@ -78,24 +87,28 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
     stats.instances_live.fetch_add(1, Ordering::Relaxed);
     let mut whole = true;
     while let Ok(Job { items, instance }) = jobs.recv() {
-        // A client may have gone while the batch waited for this thread.
-        let queued = items.len();
-        let (items, replies): (Vec<Item>, Vec<_>) = items.into_iter().filter(|(_, reply)| !reply.is_closed()).unzip();
-        if items.len() < queued {
-            stats
-                .items_abandoned
-                .fetch_add((queued - items.len()) as u64, Ordering::Relaxed);
-        }
-        if items.is_empty() {
-            continue;
-        }
+        let mut replies = Vec::with_capacity(items.len());
+        let mut clients = Vec::with_capacity(items.len());
+        let items: Vec<Item> = items
+            .into_iter()
+            .map(|job_item| {
+                replies.push(job_item.reply);
+                clients.push((job_item.request, job_item.deadline));
+                job_item.item
+            })
+            .collect();
         stats.batches.fetch_add(1, Ordering::Relaxed);
         stats.items.fetch_add(items.len() as u64, Ordering::Relaxed);
         let traps_before = pipeline.traps();
         let count = items.len();
         // The host must survive everything; a panic here is a host bug, but it must cost
         // only this batch, not the instance thread.
-        let outcomes = match std::panic::catch_unwind(AssertUnwindSafe(|| pipeline.run(items))) {
+        let audience = JobAudience {
+            replies: &replies,
+            clients: &clients,
+            dropped: RefCell::new(vec![false; count]),
+        };
+        let outcomes = match std::panic::catch_unwind(AssertUnwindSafe(|| pipeline.run(items, &audience))) {
             Ok(outcomes) => outcomes,
             Err(panic) => {
                 let message = panic_text(panic.as_ref());
@@ -112,6 +125,8 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
                 ]
             }
         };
+        let dropped = audience.dropped.borrow().iter().filter(|d| **d).count();
+        stats.items_abandoned.fetch_add(dropped as u64, Ordering::Relaxed);
         stats
             .traps
             .fetch_add(pipeline.traps() - traps_before, Ordering::Relaxed);
@@ -137,6 +152,35 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
     }
     if whole {
         stats.instances_live.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A job's items as the pipeline sees their clients: wanted while the reply channel is
+/// open and the request's deadline is ahead; each item found unwanted is counted once.
+struct JobAudience<'a> {
+    replies: &'a [oneshot::Sender<ItemOutcome>],
+    clients: &'a [(u64, std::time::Instant)],
+    dropped: RefCell<Vec<bool>>,
+}
+
+impl Audience for JobAudience<'_> {
+    fn wanted(&self, index: usize) -> bool {
+        let waiting = self.replies.get(index).is_some_and(|reply| !reply.is_closed());
+        let in_time = self
+            .clients
+            .get(index)
+            .is_some_and(|(_, deadline)| std::time::Instant::now() < *deadline);
+        let wanted = waiting && in_time;
+        if !wanted {
+            if let Some(dropped) = self.dropped.borrow_mut().get_mut(index) {
+                *dropped = true;
+            }
+        }
+        wanted
+    }
+
+    fn request(&self, index: usize) -> u64 {
+        self.clients.get(index).map_or(u64::MAX, |(request, _)| *request)
     }
 }
 

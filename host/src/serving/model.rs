@@ -58,7 +58,7 @@ impl Model {
     /// Runs items through the model; each gets its outcome, or a 504 once `timeout` passes.
     pub async fn infer(&self, items: Vec<Item>, timeout: Duration) -> Result<Vec<ItemOutcome>, SubmitError> {
         let deadline = Instant::now() + timeout;
-        let receivers = self.batcher.submit(items)?;
+        let receivers = self.batcher.submit(items, deadline)?;
         let mut outcomes = Vec::with_capacity(receivers.len());
         for receiver in receivers {
             let outcome = match tokio::time::timeout_at(deadline, receiver).await {
