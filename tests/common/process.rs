@@ -18,8 +18,45 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     /// Serves `repository` on a free loopback port with `extra` flags, and waits until
-    /// it is live.
+    /// it is ready (every model loaded).
     pub async fn spawn(repository: &Path, extra: &[&str]) -> Self {
+        let server = Self::spawn_unready(repository, extra).await;
+        for _ in 0..600 {
+            if let Ok(r) = server.client.get(server.url("/v2/health/ready")).send().await {
+                if r.status().is_success() {
+                    return server;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the server never became ready: {:?}", server.log());
+    }
+
+    /// Waits until no model is loading any more; the repository index then.
+    pub async fn wait_loaded(&self) -> serde_json::Value {
+        for _ in 0..600 {
+            let index: serde_json::Value = self
+                .client
+                .post(self.url("/v2/repository/index"))
+                .send()
+                .await
+                .expect("index")
+                .json()
+                .await
+                .expect("index JSON");
+            if index
+                .as_array()
+                .is_some_and(|rows| rows.iter().all(|r| r["state"] != "LOADING"))
+            {
+                return index;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("models still loading: {:?}", self.log());
+    }
+
+    /// Serves `repository` like [`Self::spawn`], returning as soon as it listens.
+    pub async fn spawn_unready(repository: &Path, extra: &[&str]) -> Self {
         super::require_plugins(repository);
         let mut child = Command::new(env!("CARGO_BIN_EXE_tensorplug"))
             .arg("serve")
@@ -73,21 +110,12 @@ impl ServerProcess {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        let server = Self {
+        Self {
             address,
             client: reqwest::Client::new(),
             child,
             log,
-        };
-        for _ in 0..600 {
-            if let Ok(r) = server.client.get(server.url("/v2/health/ready")).send().await {
-                if r.status().is_success() {
-                    return server;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("the server never became ready: {:?}", server.log());
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -110,3 +110,139 @@ async fn duplicate_and_flooded_outputs_are_contract_violations_of_their_items_on
     }
     server.stop().await;
 }
+
+/// What a hostile variant of the faulty plugin adds to its core module.
+enum Extra {
+    /// A second linear memory of this many 64 KiB pages.
+    Memory(u64),
+    /// A second table of this many function references.
+    Table(u64),
+}
+
+/// The wasip1 build of examples/faulty (a core module, which the host turns into a
+/// component at load) with `extra` appended, and every other section kept as built.
+fn hostile_plugin(extra: Extra) -> Vec<u8> {
+    use wasm_encoder::{MemorySection, MemoryType, RawSection, RefType, TableSection, TableType};
+    use wasmparser::{Parser, Payload, TableInit};
+
+    let module = std::fs::read(common::root().join("tests/models/faulty-p1/predict.wasm")).expect("faulty-p1");
+    let mut out = wasm_encoder::Module::new();
+    for payload in Parser::new(0).parse_all(&module) {
+        let payload = payload.expect("a valid module");
+        match (&payload, &extra) {
+            (Payload::MemorySection(reader), Extra::Memory(pages)) => {
+                let mut section = MemorySection::new();
+                for memory in reader.clone() {
+                    let m = memory.expect("memory");
+                    section.memory(MemoryType {
+                        minimum: m.initial,
+                        maximum: m.maximum,
+                        memory64: m.memory64,
+                        shared: m.shared,
+                        page_size_log2: m.page_size_log2,
+                    });
+                }
+                section.memory(MemoryType {
+                    minimum: *pages,
+                    maximum: None,
+                    memory64: false,
+                    shared: false,
+                    page_size_log2: None,
+                });
+                out.section(&section);
+            }
+            (Payload::TableSection(reader), Extra::Table(elements)) => {
+                let mut section = TableSection::new();
+                for table in reader.clone() {
+                    let t = table.expect("table");
+                    assert!(matches!(t.init, TableInit::RefNull), "a table with an init expression");
+                    assert!(
+                        t.ty.element_type.is_func_ref(),
+                        "a table of something else than funcref"
+                    );
+                    section.table(TableType {
+                        element_type: RefType::FUNCREF,
+                        table64: t.ty.table64,
+                        minimum: t.ty.initial,
+                        maximum: t.ty.maximum,
+                        shared: t.ty.shared,
+                    });
+                }
+                section.table(TableType {
+                    element_type: RefType::FUNCREF,
+                    table64: false,
+                    minimum: *elements,
+                    maximum: None,
+                    shared: false,
+                });
+                out.section(&section);
+            }
+            _ => {
+                if let Some((id, range)) = payload.as_section() {
+                    out.section(&RawSection {
+                        id,
+                        data: &module[range],
+                    });
+                }
+            }
+        }
+    }
+    out.finish()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_memory_or_a_huge_table_fails_the_load_at_the_whole_instance_cap() {
+    let base = common::faulty_config("max_batch_size = 1", "instances = 1\nmemory_mib = 64");
+    // 63 MiB more than the plugin's own memory: each memory alone is under 64 MiB, the
+    // instance is not. And 10 million table elements (80 MB of host memory).
+    for (extra, expect) in [
+        (Extra::Memory(63 * 16), "limits.memory_mib"),
+        (Extra::Table(10_000_000), "limits.table_elements"),
+    ] {
+        let repository = common::faulty_repository(&base);
+        std::fs::write(repository.path().join("faulty/predict.wasm"), hostile_plugin(extra)).unwrap();
+        let server = common::process::ServerProcess::spawn_unready(repository.path(), &[]).await;
+        let rss_before_load = server.rss_kib();
+        let index = server.wait_loaded().await;
+        let row = &index[0];
+        assert_eq!(row["state"], "UNAVAILABLE", "{index}");
+        let reason = row["reason"].as_str().unwrap();
+        eprintln!("refused: {reason}");
+        assert!(reason.contains(expect), "{reason}");
+        let grew = server.rss_kib().saturating_sub(rss_before_load);
+        assert!(grew < 32 * 1024, "the refused plugin still cost {grew} KiB");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_plugin_is_refused_unread_and_other_models_load() {
+    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 1", "instances = 1"));
+    // A second model whose plugin is 65 MiB: refused on its size, without compiling it.
+    let big = repository.path().join("big");
+    std::fs::create_dir(&big).unwrap();
+    std::fs::write(
+        big.join("model.toml"),
+        common::faulty_config("max_batch_size = 1", "instances = 1"),
+    )
+    .unwrap();
+    let mut bytes = b"\0asm\x01\0\0\0".to_vec();
+    bytes.resize(65 << 20, 0);
+    std::fs::write(big.join("predict.wasm"), bytes).unwrap();
+    let server = common::process::ServerProcess::spawn_unready(repository.path(), &[]).await;
+    let index = server.wait_loaded().await;
+    let big = index.as_array().unwrap().iter().find(|r| r["name"] == "big").unwrap();
+    assert!(
+        big["reason"]
+            .as_str()
+            .unwrap()
+            .contains("plugins larger than 64 MiB are refused"),
+        "{index}"
+    );
+    let faulty = index
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "faulty")
+        .unwrap();
+    assert_eq!(faulty["state"], "READY", "{index}");
+}

@@ -35,7 +35,12 @@ pub struct Inference {
     pub answer: Answer,
     /// Items the request was split into.
     pub items: usize,
+    /// Bytes of tensor data in the answer (its encoding costs about that much work).
+    pub output_bytes: usize,
 }
+
+/// Answers whose outputs hold more bytes than this are stacked on the blocking pool.
+const OFFLOAD_ASSEMBLY_BYTES: usize = 256 * 1024;
 
 /// Runs `request` through `model`.
 pub async fn infer(model: &Model, request: InferRequest) -> Result<Inference, ServeError> {
@@ -61,8 +66,22 @@ pub async fn infer(model: &Model, request: InferRequest) -> Result<Inference, Se
     let items = split_request(config, request.inputs)?;
     let count = items.len();
     let outcomes = model.infer(items, timeout).await?;
+    let output_bytes: usize = outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().ok())
+        .flat_map(|item| item.iter().map(|t| t.data.len()))
+        .sum();
+    let answer = if output_bytes > OFFLOAD_ASSEMBLY_BYTES {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || assemble(&config, outcomes))
+            .await
+            .map_err(|e| ServeError::Internal(format!("assembling the answer failed: {e}")))?
+    } else {
+        assemble(config, outcomes)
+    };
     Ok(Inference {
-        answer: assemble(config, outcomes),
+        answer,
         items: count,
+        output_bytes,
     })
 }

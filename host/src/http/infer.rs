@@ -68,11 +68,31 @@ async fn run(
     let id = request.id.clone();
     let inference = api::infer(&model, request).await?;
     span.record("items", inference.items);
-    let config = &model.config;
-    let (model_name, model_version) = (config.name.as_str(), config.version.as_str());
-    Ok(match inference.answer {
+    let (model_name, model_version) = (model.config.name.clone(), model.config.version.clone());
+    let encode = move || encode(&model_name, &model_version, id.as_deref(), inference.answer, &options);
+    // A large answer takes milliseconds to encode: not on an async worker.
+    if inference.output_bytes > OFFLOAD_ENCODE_BYTES {
+        return tokio::task::spawn_blocking(encode)
+            .await
+            .map_err(|e| ServeError::Internal(format!("encoding the answer failed: {e}")));
+    }
+    Ok(encode())
+}
+
+/// Answers whose outputs hold more bytes than this are encoded on the blocking pool.
+const OFFLOAD_ENCODE_BYTES: usize = 256 * 1024;
+
+/// The HTTP answer to an assembled inference.
+fn encode(
+    model_name: &str,
+    model_version: &str,
+    id: Option<&str>,
+    answer: Answer,
+    options: &OutputOptions,
+) -> Response {
+    match answer {
         Answer::Success(outputs) => {
-            let encoded = encode_response(model_name, model_version, id.as_deref(), &outputs, &options);
+            let encoded = encode_response(model_name, model_version, id, &outputs, options);
             let mut response = match encoded.json_header_len {
                 None => response::json(StatusCode::OK, encoded.body),
                 Some(len) => {
@@ -104,10 +124,10 @@ async fn run(
                 .collect();
             response::json(
                 StatusCode::MULTI_STATUS,
-                encode_multi_status(model_name, model_version, id.as_deref(), &results),
+                encode_multi_status(model_name, model_version, id, &results),
             )
         }
-    })
+    }
 }
 
 fn header_value(text: &str) -> HeaderValue {

@@ -4,6 +4,11 @@
 //! `wasm32-wasip1` with the guest SDK are first wrapped into a component with the WASI
 //! preview1 reactor adapter, so plugin authors can use either target. Compilation itself
 //! goes through wasmtime's on-disk cache when the runtime has one (see [`super::Runtime`]).
+//!
+//! A plugin file larger than [`MAX_PLUGIN_BYTES`] is refused unread, and a compile that
+//! runs past [`COMPILE_TIMEOUT`] fails its load with that reason (the compile, which
+//! cannot be interrupted, finishes on its own thread and is thrown away), so that a
+//! pathological module cannot stall a load for long.
 
 use wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER;
 use wasmtime::component::Component;
@@ -38,17 +43,46 @@ pub fn componentize(module: &[u8]) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("is a core module that cannot be made a component (build it with the guest SDK for wasm32-wasip1 or wasm32-wasip2): {e:#}"))
 }
 
+/// Largest plugin file accepted.
+pub const MAX_PLUGIN_BYTES: u64 = 64 << 20;
+
+/// Longest a plugin's compile may take (a 100 KB plugin compiles in well under a second).
+pub const COMPILE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Reads a plugin file, refusing one larger than [`MAX_PLUGIN_BYTES`] before reading it.
+pub fn read_plugin(file: &std::path::Path) -> Result<Vec<u8>, String> {
+    let size = std::fs::metadata(file).map_err(|e| format!("cannot read: {e}"))?.len();
+    if size > MAX_PLUGIN_BYTES {
+        return Err(format!(
+            "is {} MiB; plugins larger than {} MiB are refused",
+            size >> 20,
+            MAX_PLUGIN_BYTES >> 20
+        ));
+    }
+    std::fs::read(file).map_err(|e| format!("cannot read: {e}"))
+}
+
 /// Compiles a component or a wasip1 core module; the error says what is wrong with it.
-pub fn compile(runtime: &Runtime, bytes: &[u8]) -> Result<Component, String> {
-    let component_bytes;
-    let bytes = match classify(bytes)? {
+pub fn compile(runtime: &Runtime, bytes: Vec<u8>) -> Result<Component, String> {
+    let bytes = match classify(&bytes)? {
         Binary::Component => bytes,
-        Binary::CoreModule => {
-            component_bytes = componentize(bytes)?;
-            &component_bytes
-        }
+        Binary::CoreModule => componentize(&bytes)?,
     };
-    Component::new(runtime.engine(), bytes).map_err(|e| format!("cannot compile: {e:#}"))
+    let engine = runtime.engine().clone();
+    let (done, compiled) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("tensorplug-compile".into())
+        .spawn(move || {
+            let _ = done.send(Component::new(&engine, &bytes).map_err(|e| format!("cannot compile: {e:#}")));
+        })
+        .map_err(|e| format!("cannot start compiling: {e}"))?;
+    match compiled.recv_timeout(COMPILE_TIMEOUT) {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "compiling took longer than {} s; refused",
+            COMPILE_TIMEOUT.as_secs()
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -101,8 +101,8 @@ impl StageTemplate {
             file: file.to_path_buf(),
             reason,
         };
-        let bytes = std::fs::read(file).map_err(|e| load_error(format!("cannot read: {e}")))?;
-        let component = super::compile::compile(runtime, &bytes).map_err(load_error)?;
+        let bytes = super::compile::read_plugin(file).map_err(load_error)?;
+        let component = super::compile::compile(runtime, bytes).map_err(load_error)?;
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(|e| {
             load_error(format!(
                 "cannot link (imports something the sandbox does not offer?): {e:#}"
@@ -298,8 +298,23 @@ fn describe_trap(kind: StageKind, error: &wasmtime::Error, output: &str, limit_m
         format!("{} exceeded its time limit of {limit_ms} ms", kind.name())
     } else {
         let mut text = format!("{} trapped: {}", kind.name(), error.root_cause());
-        if text.contains("resource table has no free keys") {
-            text.push_str(" (the instance holds as many open handles as limits.max_handles allows)");
+        // Name the `model.toml` key behind a limit the plugin ran into.
+        let hints = [
+            (
+                "resource table has no free keys",
+                "the instance holds as many open handles as limits.max_handles allows",
+            ),
+            (
+                "exceeds memory limits",
+                "limits.memory_mib caps all the instance's memories together",
+            ),
+            (
+                "exceeds table limits",
+                "limits.table_elements caps all the instance's tables together",
+            ),
+        ];
+        if let Some((_, hint)) = hints.iter().find(|(symptom, _)| text.contains(symptom)) {
+            text.push_str(&format!(" ({hint})"));
         }
         text
     };
