@@ -14,6 +14,44 @@
 //! `#[diagnostic::on_unimplemented]` on [`Predictor`](crate::Predictor)), never as a
 //! missing wit-bindgen `Guest`.
 
+/// What every export macro expands to, for the stage's world: the one instance of the
+/// plugin's type, and an adapter implementing the world's `Guest` trait whose functions
+/// all go through `__export::$dispatch` (which carries the `$ty: Trait` bound).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_stage {
+    (
+        $ty:ty, $world:ident, $world_export:ident, $dispatch:ident,
+        fn $method:ident($arg:ident: $arg_ty:ty) -> $ret:ty => $call:ident
+    ) => {
+        const _: () = {
+            ::std::thread_local! {
+                static __TENSORPLUG_INSTANCE: $crate::__export::Instance<$ty> =
+                    const { $crate::__export::Instance::new() };
+            }
+
+            #[doc(hidden)]
+            struct __TensorplugStage;
+
+            impl $crate::bindings::$world::Guest for __TensorplugStage {
+                fn init(
+                    parameters: ::std::vec::Vec<$crate::Parameter>,
+                ) -> ::std::result::Result<(), ::std::string::String> {
+                    let call = $crate::__export::Init(parameters);
+                    $crate::__export::$dispatch::<$ty, _>(&__TENSORPLUG_INSTANCE, call)
+                }
+
+                fn $method($arg: $arg_ty) -> $ret {
+                    let call = $crate::__export::$call($arg);
+                    $crate::__export::$dispatch::<$ty, _>(&__TENSORPLUG_INSTANCE, call)
+                }
+            }
+
+    $crate::$world_export!(__TensorplugStage with_types_in $crate::bindings::$world);
+        };
+    };
+}
+
 /// Exports a [`Predictor`](crate::Predictor) implementation as this plugin's predict stage.
 ///
 /// Use it once per plugin crate, at the top level, with the type whose
@@ -48,35 +86,11 @@
 #[macro_export]
 macro_rules! export_predictor {
     ($ty:ty $(,)?) => {
-        const _: () = {
-            ::std::thread_local! {
-                static __TENSORPLUG_INSTANCE: $crate::__export::Instance<$ty> =
-                    const { $crate::__export::Instance::new() };
-            }
-
-            #[doc(hidden)]
-            struct __TensorplugPredictor;
-
-            impl $crate::bindings::predictor::Guest for __TensorplugPredictor {
-                fn init(
-                    parameters: ::std::vec::Vec<$crate::Parameter>,
-                ) -> ::std::result::Result<(), ::std::string::String> {
-                    let call = $crate::__export::Init(parameters);
-                    $crate::__export::predictor::<$ty, _>(&__TENSORPLUG_INSTANCE, call)
-                }
-
-                fn predict(
-                    batch: ::std::vec::Vec<$crate::Tensor>,
-                ) -> ::std::result::Result<$crate::Prediction, $crate::ItemError> {
-                    let call = $crate::__export::Predict(batch);
-                    $crate::__export::predictor::<$ty, _>(&__TENSORPLUG_INSTANCE, call)
-                }
-            }
-
-            $crate::__export_predictor_impl!(
-                __TensorplugPredictor with_types_in $crate::bindings::predictor
-            );
-        };
+        $crate::__export_stage!(
+            $ty, predictor, __export_predictor_impl, predictor,
+            fn predict(batch: ::std::vec::Vec<$crate::Tensor>)
+                -> ::std::result::Result<$crate::Prediction, $crate::ItemError> => Predict
+        );
     };
 }
 
@@ -108,35 +122,11 @@ macro_rules! export_predictor {
 #[macro_export]
 macro_rules! export_preprocessor {
     ($ty:ty $(,)?) => {
-        const _: () = {
-            ::std::thread_local! {
-                static __TENSORPLUG_INSTANCE: $crate::__export::Instance<$ty> =
-                    const { $crate::__export::Instance::new() };
-            }
-
-            #[doc(hidden)]
-            struct __TensorplugPreprocessor;
-
-            impl $crate::bindings::preprocessor::Guest for __TensorplugPreprocessor {
-                fn init(
-                    parameters: ::std::vec::Vec<$crate::Parameter>,
-                ) -> ::std::result::Result<(), ::std::string::String> {
-                    let call = $crate::__export::Init(parameters);
-                    $crate::__export::preprocessor::<$ty, _>(&__TENSORPLUG_INSTANCE, call)
-                }
-
-                fn preprocess(
-                    items: ::std::vec::Vec<$crate::Item>,
-                ) -> ::std::vec::Vec<::std::result::Result<$crate::Item, $crate::ItemError>> {
-                    let call = $crate::__export::Preprocess(items);
-                    $crate::__export::preprocessor::<$ty, _>(&__TENSORPLUG_INSTANCE, call)
-                }
-            }
-
-            $crate::__export_preprocessor_impl!(
-                __TensorplugPreprocessor with_types_in $crate::bindings::preprocessor
-            );
-        };
+        $crate::__export_stage!(
+            $ty, preprocessor, __export_preprocessor_impl, preprocessor,
+            fn preprocess(items: ::std::vec::Vec<$crate::Item>)
+                -> ::std::vec::Vec<::std::result::Result<$crate::Item, $crate::ItemError>> => Preprocess
+        );
     };
 }
 
@@ -168,35 +158,11 @@ macro_rules! export_preprocessor {
 #[macro_export]
 macro_rules! export_postprocessor {
     ($ty:ty $(,)?) => {
-        const _: () = {
-            ::std::thread_local! {
-                static __TENSORPLUG_INSTANCE: $crate::__export::Instance<$ty> =
-                    const { $crate::__export::Instance::new() };
-            }
-
-            #[doc(hidden)]
-            struct __TensorplugPostprocessor;
-
-            impl $crate::bindings::postprocessor::Guest for __TensorplugPostprocessor {
-                fn init(
-                    parameters: ::std::vec::Vec<$crate::Parameter>,
-                ) -> ::std::result::Result<(), ::std::string::String> {
-                    let call = $crate::__export::Init(parameters);
-                    $crate::__export::postprocessor::<$ty, _>(&__TENSORPLUG_INSTANCE, call)
-                }
-
-                fn postprocess(
-                    items: ::std::vec::Vec<$crate::Item>,
-                ) -> ::std::vec::Vec<::std::result::Result<$crate::Item, $crate::ItemError>> {
-                    let call = $crate::__export::Postprocess(items);
-                    $crate::__export::postprocessor::<$ty, _>(&__TENSORPLUG_INSTANCE, call)
-                }
-            }
-
-            $crate::__export_postprocessor_impl!(
-                __TensorplugPostprocessor with_types_in $crate::bindings::postprocessor
-            );
-        };
+        $crate::__export_stage!(
+            $ty, postprocessor, __export_postprocessor_impl, postprocessor,
+            fn postprocess(items: ::std::vec::Vec<$crate::Item>)
+                -> ::std::vec::Vec<::std::result::Result<$crate::Item, $crate::ItemError>> => Postprocess
+        );
     };
 }
 
