@@ -5,8 +5,14 @@
 ./scripts/build-plugins.sh >&2
 cargo build --release -p tensorplug -p tensorplug-loadgen >&2
 
-server="$root/target/release/tensorplug"
-loadgen="$root/target/release/tensorplug-loadgen"
+# The release binaries are in the workspace's target folder as cargo sees it
+# (CARGO_TARGET_DIR, then `build.target-dir` in a config file, then target/), the same
+# folder build-plugins.sh builds the plugins into.
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+[[ -n "$target_dir" ]] || { echo "bench: no target_directory in cargo metadata" >&2; exit 1; }
+server="$target_dir/release/tensorplug"
+loadgen="$target_dir/release/tensorplug-loadgen"
 
 work="$(mktemp -d)"
 server_pid=""

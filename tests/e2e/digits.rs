@@ -174,6 +174,11 @@ async fn one_invalid_item_fails_alone() {
         .post_json(INFER, &request("input-0", "FP32", &[4, 64], json!(pixels)))
         .await;
     assert_eq!(status, 207, "{body}");
+    // A summary under `error` for clients that look for one (tritonclient).
+    assert_eq!(
+        body["error"], "1 of 4 items failed; each item's status is in \"results\"",
+        "{body}"
+    );
     let results = body["results"].as_array().unwrap();
     assert_eq!(results.len(), 4);
     assert_eq!(body["model_name"], "digits");
@@ -203,8 +208,17 @@ async fn one_invalid_item_fails_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_metadata() {
     let server = TestServer::start(&repository()).await;
-    assert_eq!(server.get("/v2/health/live").await.0, 200);
-    assert_eq!(server.get("/v2/health/ready").await.0, 200);
+    // The protocol's bodies, which V2 clients (KServe's) read.
+    assert_eq!(server.get("/v2/health/live").await, (200, json!({"live": true})));
+    assert_eq!(server.get("/v2/health/ready").await, (200, json!({"ready": true})));
+    assert_eq!(
+        server.get("/v2/models/digits/ready").await,
+        (200, json!({"name": "digits", "ready": true}))
+    );
+    // Unknown routes answer a V2 error body too.
+    let (status, body) = server.get("/v2/no/such/route").await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"], "no route GET /v2/no/such/route");
     let (status, meta) = server.get("/v2").await;
     assert_eq!(status, 200);
     assert_eq!(meta["name"], "tensorplug");

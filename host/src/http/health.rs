@@ -20,16 +20,20 @@ pub async fn server_metadata() -> Json<ServerMetadata> {
     })
 }
 
-pub async fn live() -> StatusCode {
-    StatusCode::OK
+/// `GET /v2/health/live`: `{"live": true}` (V2 clients such as KServe's read the body).
+pub async fn live() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "live": true }))
 }
 
-pub async fn ready(State(state): State<Arc<AppState>>) -> StatusCode {
-    if state.repository.all_ready() {
+/// `GET /v2/health/ready`: `{"ready": bool}`, with 503 when not ready.
+pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let ready = state.repository.all_ready();
+    let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
-    }
+    };
+    (status, Json(serde_json::json!({ "ready": ready }))).into_response()
 }
 
 fn metadata(model: &Model) -> ModelMetadata {
@@ -69,9 +73,15 @@ pub async fn model_metadata(State(state): State<Arc<AppState>>, Path(path): Path
 
 pub async fn model_ready(State(state): State<Arc<AppState>>, Path(path): Path<ModelPath>) -> Response {
     match find_model(&state.repository, &path.model, path.version.as_deref()) {
-        Ok(_) => StatusCode::OK.into_response(),
+        Ok(model) => Json(serde_json::json!({ "name": model.config.name, "ready": true })).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// Any route the server does not have: a V2 error body rather than an empty 404.
+pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let path = crate::protocol::clip(uri.path()).into_owned();
+    super::response::error(StatusCode::NOT_FOUND, &format!("no route {method} {path}"))
 }
 
 /// `GET /v2/models/{m}/stats`: Triton's statistics extension (the counts it defines),

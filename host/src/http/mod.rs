@@ -49,6 +49,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v2/repository/models/{model}/unload", post(repository::unload))
         .route("/v2/models/{model}/infer", post(infer::infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer::infer))
+        .fallback(health::no_route)
         // Failed items are logged where they fail, with their reason; the layer's own
         // failure line would only repeat the status.
         .layer(TraceLayer::new_for_http().on_failure(DefaultOnFailure::new().level(Level::DEBUG)))

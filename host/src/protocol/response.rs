@@ -148,6 +148,9 @@ struct MultiStatusJson<'a> {
     model_version: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<&'a str>,
+    /// A summary for V2 clients that look for an `error` key in any answer that is not a
+    /// plain success (tritonclient does); the per-item outcomes are in `results`.
+    error: String,
     results: Vec<ItemJson<'a>>,
 }
 
@@ -188,10 +191,15 @@ pub fn encode_multi_status(
     id: Option<&str>,
     results: &[ItemOutcome],
 ) -> Vec<u8> {
+    let failed = results.iter().filter(|r| r.is_err()).count();
     to_json(&MultiStatusJson {
         model_name,
         model_version,
         id,
+        error: format!(
+            "{failed} of {} items failed; each item's status is in \"results\"",
+            results.len()
+        ),
         results: results.iter().map(ItemJson).collect(),
     })
 }

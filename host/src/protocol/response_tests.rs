@@ -154,7 +154,8 @@ fn multi_status_lists_every_item() {
     assert_eq!(
         String::from_utf8(body).unwrap(),
         concat!(
-            r#"{"model_name":"digits","model_version":"1","id":"r","results":["#,
+            r#"{"model_name":"digits","model_version":"1","id":"r","#,
+            r#""error":"2 of 3 items failed; each item's status is in \"results\"","results":["#,
             r#"{"status":200,"outputs":[{"name":"y","datatype":"FP32","shape":[1,2],"data":[0.25,0.75]}]},"#,
             r#"{"status":400,"error":"input-0[5]: pixel value 99 is outside 0..16"},"#,
             r#"{"status":500,"error":"bogus status"}]}"#
@@ -163,7 +164,8 @@ fn multi_status_lists_every_item() {
     let body = encode_multi_status("digits", "1", None, &[]);
     assert_eq!(
         json_of(&body),
-        json!({"model_name": "digits", "model_version": "1", "results": []})
+        json!({"model_name": "digits", "model_version": "1", "results": [],
+               "error": "0 of 0 items failed; each item's status is in \"results\""})
     );
 }
 
