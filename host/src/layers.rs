@@ -1,13 +1,13 @@
 //! The layering of [`crate`], checked: every `crate::<module>` a source file names must
 //! be its own layer or one below. Protocol and serving sit side by side (neither names
-//! the other).
+//! the other), and so do the two edges, http and grpc.
 
 use std::path::Path;
 
 /// Top-level modules from the top layer down; modules on one line are peers.
 const LAYERS: &[&[&str]] = &[
     &["app"],
-    &["http"],
+    &["http", "grpc"],
     &["api"],
     &["protocol", "serving"],
     &["pipeline"],

@@ -6,7 +6,7 @@
 //! | layer | owns |
 //! | --- | --- |
 //! | [`app`] | the command line, server start-up and graceful shutdown, logging, `check` |
-//! | [`http`] | the REST edge: routes, connections and their limits, the HTTP status mapping |
+//! | [`http`], [`grpc`] | the edges, side by side (neither imports the other): REST (routes, connections and their limits, the HTTP status mapping) and gRPC (the inference service, health, reflection, the gRPC status mapping) |
 //! | [`api`] | what every edge asks of the server, independent of its wire format, and [`api::ServeError`] |
 //! | [`protocol`] | the Open Inference Protocol's wire format: request and response bodies |
 //! | [`serving`] | models in service: repository, batcher, instance threads, request ↔ items |
@@ -16,6 +16,7 @@
 
 pub mod api;
 pub mod app;
+pub mod grpc;
 pub mod http;
 pub mod model;
 pub mod pipeline;

@@ -9,13 +9,13 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(config) => {
-            tensorplug::app::telemetry::init(&config.log);
+            tensorplug::app::telemetry::init(&config.log, config.log_format);
             let address = std::net::SocketAddr::new(config.host, config.http_port);
             let listener = tokio::net::TcpListener::bind(address).await?;
             tensorplug::app::server::run(config, listener, tensorplug::app::shutdown::signal()).await
         }
         Command::Check(config) => {
-            tensorplug::app::telemetry::init("error");
+            tensorplug::app::telemetry::init("error", Default::default());
             let runtime = tensorplug::runtime::Runtime::new(config.cache.resolved_dir().as_deref())?;
             let verdicts = tensorplug::app::check::check_repository(&config.repository, &runtime).await?;
             let mut broken = 0;

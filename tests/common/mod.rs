@@ -43,6 +43,8 @@ pub fn require_plugins(repository: &Path) {
 /// A server running in this process, stopped (and drained) on drop or by [`stop`].
 pub struct TestServer {
     pub address: SocketAddr,
+    /// The gRPC port's address, when started with [`TestServer::start_with_grpc`].
+    pub grpc_address: Option<SocketAddr>,
     pub client: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
@@ -55,18 +57,45 @@ impl TestServer {
     }
 
     pub async fn start_with(config: ServeConfig) -> Self {
+        Self::start_serving(config, false).await
+    }
+
+    /// Serves REST and gRPC, each on a free loopback port.
+    pub async fn start_with_grpc(config: ServeConfig) -> Self {
+        Self::start_serving(config, true).await
+    }
+
+    async fn start_serving(config: ServeConfig, grpc: bool) -> Self {
         require_plugins(&config.repository);
-        tensorplug::app::telemetry::init(&std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()));
+        tensorplug::app::telemetry::init(
+            &std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()),
+            Default::default(),
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
         let address = listener.local_addr().expect("local address");
+        let grpc_listener = match grpc {
+            true => Some(
+                tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind loopback"),
+            ),
+            false => None,
+        };
+        let grpc_address = grpc_listener.as_ref().map(|l| l.local_addr().expect("local address"));
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(tensorplug::app::server::run(config, listener, async move {
-            let _ = rx.await;
-        }));
+        let task = tokio::spawn(tensorplug::app::server::run_with_grpc(
+            config,
+            listener,
+            grpc_listener,
+            async move {
+                let _ = rx.await;
+            },
+        ));
         let server = Self {
             address,
+            grpc_address,
             client: reqwest::Client::new(),
             shutdown: Some(tx),
             task: Some(task),

@@ -61,7 +61,8 @@ impl ServerProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tensorplug"))
             .arg("serve")
             .arg(repository)
-            .args(["--host", "127.0.0.1", "--http-port", "0", "--no-cache", "--log", "info"])
+            .args(["--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0"])
+            .args(["--no-cache", "--log", "info"])
             .args(extra)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
@@ -92,11 +93,7 @@ impl ServerProcess {
         }
         let started = Instant::now();
         let address = loop {
-            let found = log.lock().unwrap().iter().find_map(|line| {
-                line.split("address=")
-                    .nth(1)
-                    .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-            });
+            let found = log.lock().unwrap().iter().find_map(|line| listening_address(line));
             if let Some(address) = found {
                 break address;
             }
@@ -190,6 +187,17 @@ impl ServerProcess {
         let _ = tokio::time::timeout(within, stream.read_to_end(&mut answer)).await;
         String::from_utf8_lossy(&answer).into_owned()
     }
+}
+
+/// The REST address a start-up log line announces, in text (`address=...`) or JSON
+/// (`"address":"..."`) form.
+fn listening_address(line: &str) -> Option<SocketAddr> {
+    // The leading space keeps other fields ending in `address` (a gRPC one) out.
+    let rest = line
+        .split(" address=")
+        .nth(1)
+        .or_else(|| line.split("\"address\":\"").nth(1))?;
+    rest.split(|c: char| c.is_whitespace() || c == '"').next()?.parse().ok()
 }
 
 impl Drop for ServerProcess {

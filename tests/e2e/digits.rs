@@ -8,13 +8,13 @@ use serde_json::{json, Value};
 
 const INFER: &str = "/v2/models/digits/infer";
 
-struct Case {
-    pixels: Vec<f32>,
-    predict: i64,
-    proba: Vec<f32>,
+pub(crate) struct Case {
+    pub(crate) pixels: Vec<f32>,
+    pub(crate) predict: i64,
+    pub(crate) proba: Vec<f32>,
 }
 
-fn cases() -> Vec<Case> {
+pub(crate) fn cases() -> Vec<Case> {
     let dir = common::root().join("tests/data/digits");
     let requests = std::fs::read_to_string(dir.join("test_requests.jsonl")).expect("test_requests.jsonl");
     let oracle = std::fs::read_to_string(dir.join("test_oracle.jsonl")).expect("test_oracle.jsonl");
@@ -41,7 +41,7 @@ fn cases() -> Vec<Case> {
         .collect()
 }
 
-fn assert_matches(case: &Case, label: i64, proba: &[f32], context: &str) {
+pub(crate) fn assert_matches(case: &Case, label: i64, proba: &[f32], context: &str) {
     assert_eq!(label, case.predict, "{context}: label");
     assert_eq!(proba.len(), 10, "{context}: probabilities");
     for (got, want) in proba.iter().zip(&case.proba) {
@@ -49,7 +49,7 @@ fn assert_matches(case: &Case, label: i64, proba: &[f32], context: &str) {
     }
 }
 
-fn repository() -> std::path::PathBuf {
+pub(crate) fn repository() -> std::path::PathBuf {
     common::root().join("examples/models")
 }
 

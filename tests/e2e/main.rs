@@ -10,6 +10,8 @@ mod check;
 mod deadlines;
 mod digits;
 mod faults;
+mod grpc;
+mod logs;
 mod repository;
 mod sandbox;
 mod shutdown;

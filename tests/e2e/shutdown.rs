@@ -27,6 +27,8 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
             "127.0.0.1",
             "--http-port",
             "0",
+            "--grpc-port",
+            "0",
             "--log",
             "info",
             "--no-cache",
@@ -46,7 +48,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     });
     let address = loop {
         let line = lines_rx.recv_timeout(Duration::from_secs(60)).expect("server log line");
-        if let Some(rest) = line.split("address=").nth(1) {
+        if let Some(rest) = line.split(" address=").nth(1) {
             break rest.split_whitespace().next().expect("address").to_string();
         }
     };

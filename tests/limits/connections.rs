@@ -63,7 +63,10 @@ impl Examples {
         let mut config = ServeConfig::for_repository(common::root().join("examples/models"));
         config.connections = connections;
         common::require_plugins(&config.repository);
-        tensorplug::app::telemetry::init(&std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()));
+        tensorplug::app::telemetry::init(
+            &std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()),
+            Default::default(),
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
@@ -407,6 +410,7 @@ impl Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_tensorplug"));
         command
             .args(["serve", "--host", "127.0.0.1", "--http-port", "0", "--log", "info"])
+            .args(["--grpc-port", "0"])
             .args(["--model-control", "poll", "--watch-debounce-ms", "100"])
             .arg("--cache-dir")
             .arg(cache.path())
@@ -448,9 +452,9 @@ impl Server {
             repository,
             _cache: cache,
         };
-        let line = server.wait_for_line("the listening address", |l| l.contains("address="));
+        let line = server.wait_for_line("the listening address", |l| l.contains(" address="));
         server.address = line
-            .split("address=")
+            .split(" address=")
             .nth(1)
             .and_then(|rest| rest.split_whitespace().next())
             .expect("address")

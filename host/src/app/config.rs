@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 pub use crate::api::repository::{ModelControl, RepositoryApi};
+use crate::app::telemetry::LogFormat;
 
 /// An inference server whose models are sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -79,6 +80,11 @@ pub struct ServeConfig {
     #[arg(long, env = "TENSORPLUG_HTTP_PORT", default_value_t = 8080)]
     pub http_port: u16,
 
+    /// Port of the gRPC endpoint (the same protocol, plus grpc.health.v1 and reflection);
+    /// 0 switches gRPC off.
+    #[arg(long, env = "TENSORPLUG_GRPC_PORT", default_value_t = 8081)]
+    pub grpc_port: u16,
+
     /// Largest accepted request body in bytes; larger requests get 413.
     #[arg(long, env = "TENSORPLUG_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024,
           value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 32)))]
@@ -91,6 +97,10 @@ pub struct ServeConfig {
     /// Log filter (tracing's EnvFilter syntax, e.g. `info,tensorplug=debug`).
     #[arg(long, env = "TENSORPLUG_LOG", default_value = "info")]
     pub log: String,
+
+    /// Log line format: `text` (colours only on a terminal) or `json` (one object per line).
+    #[arg(long, env = "TENSORPLUG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 
     /// How the set of served models may change while running.
     #[arg(long, env = "TENSORPLUG_MODEL_CONTROL", value_enum, default_value_t = ModelControl::Poll)]
@@ -129,9 +139,12 @@ impl ServeConfig {
             repository: repository.into(),
             host: IpAddr::from([127, 0, 0, 1]),
             http_port: 0,
+            // Off: tests that want gRPC hand `server::run_with_grpc` a bound listener.
+            grpc_port: 0,
             max_body_bytes: 64 * 1024 * 1024,
             shutdown_grace_secs: 30,
             log: "info".into(),
+            log_format: LogFormat::Text,
             model_control: ModelControl::Poll,
             load_models: Vec::new(),
             repository_api: RepositoryApi::On,

@@ -1,13 +1,14 @@
-//! Runs the server: loads the repository, serves REST until the shutdown future
-//! resolves, then drains every in-flight and queued item before returning.
+//! Runs the server: loads the repository, serves REST (and gRPC, unless it is off) until
+//! the shutdown future resolves, then drains every in-flight and queued item before
+//! returning.
 //!
 //! The server listens as soon as it starts: live at once, ready when every model it was
 //! asked to load has loaded (or failed to). Models load side by side in the background.
 //!
 //! Shutdown has one deadline, taken when the signal arrives: the watcher stops first (no
-//! reload starts while draining), in-flight requests finish, then every model's queue
-//! empties and its instance threads exit and are joined — all before `grace` has passed
-//! since the signal. What is still running then is dropped.
+//! reload starts while draining), in-flight requests finish (REST and gRPC alike), then
+//! every model's queue empties and its instance threads exit and are joined — all before
+//! `grace` has passed since the signal. What is still running then is dropped.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,15 +20,36 @@ use tokio::time::Instant;
 
 use crate::api::repository::{ModelControl, RepositoryAccess, RepositoryApi};
 use crate::app::config::ServeConfig;
+use crate::grpc::{self, GrpcState};
 use crate::http::connections::{self, ConnectionStats, Limits};
 use crate::http::{router, AppState};
 use crate::runtime::Runtime;
 use crate::serving::{watch, Repository};
 
-/// Serves `config.repository` on `listener` until `shutdown` resolves.
+/// Serves `config.repository` on `listener` (REST) and on `config.grpc_port` (gRPC, unless
+/// 0) until `shutdown` resolves.
 pub async fn run(
     config: ServeConfig,
     listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let grpc_listener = match config.grpc_port {
+        0 => None,
+        port => Some(
+            TcpListener::bind((config.host, port))
+                .await
+                .with_context(|| format!("listening for gRPC on {}:{port}", config.host))?,
+        ),
+    };
+    run_with_grpc(config, listener, grpc_listener, shutdown).await
+}
+
+/// Serves `config.repository` on `listener` (REST) and on `grpc_listener` (gRPC, if
+/// given; `config.grpc_port` is not read) until `shutdown` resolves.
+pub async fn run_with_grpc(
+    config: ServeConfig,
+    listener: TcpListener,
+    grpc_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     // First, so that model loads get the raised descriptor limit too.
@@ -63,14 +85,16 @@ pub async fn run(
         );
     }
     let connection_stats = Arc::new(ConnectionStats::default());
+    let max_body_bytes = usize::try_from(config.max_body_bytes).unwrap_or(usize::MAX);
+    let repository_access = RepositoryAccess {
+        api: config.repository_api,
+        model_control: config.model_control,
+        admin_token: config.admin_token.clone(),
+    };
     let state = Arc::new(AppState {
         repository: repository.clone(),
-        max_body_bytes: usize::try_from(config.max_body_bytes).unwrap_or(usize::MAX),
-        repository_access: RepositoryAccess {
-            api: config.repository_api,
-            model_control: config.model_control,
-            admin_token: config.admin_token.clone(),
-        },
+        max_body_bytes,
+        repository_access: repository_access.clone(),
         connections: connection_stats.clone(),
     });
     let address = listener.local_addr()?;
@@ -85,6 +109,31 @@ pub async fn run(
             "shutting down: finishing in-flight requests"
         );
         let _ = stopping_tx.send(Some(Instant::now() + grace));
+    };
+    // gRPC beside REST, stopped by the same signal (it stops taking calls and finishes
+    // those in flight), and waited for under the same deadline, before the drain.
+    let grpc = match grpc_listener {
+        None => None,
+        Some(grpc_listener) => {
+            let grpc_address = grpc_listener.local_addr()?;
+            // Not `address=`: that names the REST port in the log, once.
+            tracing::info!(grpc = %grpc_address, "serving the Open Inference Protocol over gRPC");
+            let mut stopping = stopping_rx.clone();
+            let stop = async move {
+                let _ = stopping.wait_for(Option::is_some).await;
+            };
+            let state = GrpcState {
+                repository: repository.clone(),
+                max_message_bytes: max_body_bytes,
+                repository_access,
+            };
+            Some(tokio::spawn(async move {
+                // Logged when it happens; REST serves on.
+                if let Err(error) = grpc::serve(grpc_listener, state, stop).await {
+                    tracing::error!("gRPC server failed: {error:#}");
+                }
+            }))
+        }
     };
     // Boxed so it can be dropped (with any request still running) before the drain.
     let mut serving = Box::pin(connections::serve(
@@ -104,6 +153,16 @@ pub async fn run(
     let mut in_time = ended_by_itself || tokio::time::timeout_at(deadline, &mut serving).await.is_ok();
     // Dropping the server drops whatever request is still running.
     drop(serving);
+    if let Some(mut grpc) = grpc {
+        match tokio::time::timeout_at(deadline, &mut grpc).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!("gRPC server task failed: {error}"),
+            Err(_) => {
+                in_time = false;
+                grpc.abort();
+            }
+        }
+    }
     in_time &= repository.drain(deadline).await;
     if in_time {
         tracing::info!("stopped");

@@ -34,15 +34,18 @@ async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    // A span per request costs even when nothing is printed, so it is a debug span; the
+    // lines logged at the default level carry the model (and id) themselves.
     let span =
-        tracing::info_span!("infer", model = %clip(&name), id = tracing::field::Empty, items = tracing::field::Empty);
+        tracing::debug_span!("infer", model = %clip(&name), id = tracing::field::Empty, items = tracing::field::Empty);
     let result = run(&state, &name, version.as_deref(), &headers, body)
         .instrument(span.clone())
         .await;
     match result {
         Ok(response) => response,
         Err(error) => {
-            span.in_scope(|| tracing::info!(status = status_of(&error).as_u16(), "request failed: {error}"));
+            let status = status_of(&error).as_u16();
+            span.in_scope(|| tracing::info!(model = %clip(&name), status, "request failed: {error}"));
             error.into_response()
         }
     }
@@ -112,12 +115,24 @@ fn encode(
         }
         Answer::Failure(error) => {
             let status = item_status(&error);
-            tracing::info!(status = error.status, "item failed: {}", error.message);
+            tracing::info!(
+                model = model_name,
+                id = id.map(clip).as_deref(),
+                status = error.status,
+                "item failed: {}",
+                error.message
+            );
             response::error(status, &error.message)
         }
         Answer::MultiStatus(outcomes) => {
             let failed = outcomes.iter().filter(|o| o.is_err()).count();
-            tracing::info!(failed, items = outcomes.len(), "multi-status answer");
+            tracing::info!(
+                model = model_name,
+                id = id.map(clip).as_deref(),
+                failed,
+                items = outcomes.len(),
+                "multi-status answer"
+            );
             let results: Vec<ItemOutcome> = outcomes
                 .into_iter()
                 .map(|o| o.map(|item| options.filter(item)))

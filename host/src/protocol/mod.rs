@@ -5,6 +5,8 @@
 //!   validated [`Tensor`](crate::model::tensor::Tensor)s, or a [`ProtocolError`] worded for the
 //!   client (always HTTP 400).
 //! - [`encode_response`], [`encode_multi_status`], [`encode_error`]: response bodies.
+//! - [`InferRequest::from_parts`]: a request another wire format (gRPC) has taken apart
+//!   → the same validated [`InferRequest`], under the same caps.
 //! - [`ServerMetadata`], [`ModelMetadata`]: metadata bodies.
 //!
 //! Layout: `error` (the error type), `limits` (caps on a request's contents),
@@ -18,6 +20,7 @@ pub mod limits;
 mod metadata;
 mod parameters;
 mod parse;
+mod parts;
 mod request;
 mod response;
 mod tensor_json;
@@ -25,5 +28,6 @@ mod tensor_json;
 pub use error::{clip, ProtocolError};
 pub use metadata::{ModelMetadata, ServerMetadata, TensorMetadata};
 pub use parameters::{ParameterValue, Parameters};
+pub use parts::{InputData, InputParts, OutputParts, RequestParts};
 pub use request::{decode_request, InferRequest, RequestedOutput};
 pub use response::{encode_error, encode_multi_status, encode_response, EncodedResponse, OutputOptions};

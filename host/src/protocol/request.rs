@@ -35,7 +35,7 @@ use crate::model::tensor::{bytes_element_offsets, element_count, DataType, Tenso
 
 /// Parameters of the shared-memory and classification extensions, which are not supported
 /// and are rejected rather than silently ignored.
-const UNSUPPORTED_PARAMETERS: [&str; 4] = [
+pub(super) const UNSUPPORTED_PARAMETERS: [&str; 4] = [
     "shared_memory_region",
     "shared_memory_byte_size",
     "shared_memory_offset",

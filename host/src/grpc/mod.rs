@@ -1,0 +1,90 @@
+//! The gRPC edge: the Open Inference Protocol's `inference.GRPCInferenceService` over
+//! tonic, with the standard `grpc.health.v1.Health` and server reflection (v1 and
+//! v1alpha) beside it.
+//!
+//! Like the REST edge it only translates: requests are taken apart from their protobuf
+//! messages and rebuilt as [`crate::protocol::InferRequest`]s under the same caps and
+//! validation as REST ([`crate::protocol::InferRequest::from_parts`]), run through
+//! [`crate::api::infer`], and the answers put back into messages; errors become gRPC
+//! codes in one place, [`status`]. Repository calls follow the same
+//! [`RepositoryAccess`] rules as REST, with the token from the `authorization`
+//! metadata (`Bearer <token>`).
+
+mod convert;
+mod health;
+mod service;
+pub mod status;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::Server;
+
+use crate::api::repository::RepositoryAccess;
+use crate::serving::Repository;
+
+/// The protocol's messages, the service's server and client (generated at build time from
+/// `proto/grpc_service.proto`), and its encoded file descriptor set.
+pub mod proto {
+    #![allow(missing_docs, clippy::all, clippy::pedantic, unused_qualifications)]
+    tonic::include_proto!("inference");
+
+    /// `proto/grpc_service.proto` compiled: what the reflection service describes.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/inference_descriptor.bin"));
+}
+
+/// Full name of the inference service (also a health-check service name).
+pub const SERVICE_NAME: &str = "inference.GRPCInferenceService";
+
+/// What the gRPC edge serves from.
+pub struct GrpcState {
+    pub repository: Arc<Repository>,
+    /// Largest accepted request message, in bytes (the REST body limit).
+    pub max_message_bytes: usize,
+    /// Who may use the repository RPCs.
+    pub repository_access: RepositoryAccess,
+}
+
+/// Serves the gRPC services on `listener` until `shutdown` resolves, then stops taking
+/// new calls and returns once the calls in flight have finished.
+pub async fn serve(
+    listener: TcpListener,
+    state: GrpcState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    let health = health::Health::new(reporter);
+    let in_step = tokio::spawn(health.clone().keep_in_step(state.repository.clone()));
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1().context("building the reflection service")?;
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
+        .context("building the reflection service")?;
+    let repository = state.repository.clone();
+    let inference = proto::grpc_inference_service_server::GrpcInferenceServiceServer::new(service::Inference::new(
+        state.repository,
+        state.repository_access,
+    ))
+    .max_decoding_message_size(state.max_message_bytes)
+    .max_encoding_message_size(usize::MAX);
+    let shutdown = async move {
+        shutdown.await;
+        in_step.abort();
+        health.stop(&repository).await;
+    };
+    Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(inference)
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown)
+        .await
+        .context("serving gRPC")
+}
