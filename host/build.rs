@@ -18,6 +18,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Inference requests are checked on their wire bytes before prost decodes them.
+        .codec_path("crate::grpc::codec::CheckedCodec")
         .compile_fds(descriptors)?;
     Ok(())
 }

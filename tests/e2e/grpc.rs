@@ -627,3 +627,50 @@ async fn messages_are_limited_to_the_rest_body_limit() {
     assert!(refused.message().contains("4096"), "{}", refused.message());
     server.stop().await;
 }
+
+/// A message whose entries would cost far more decoded than they weigh is refused on
+/// its wire bytes, before prost builds it: many empty inputs, and packed one-byte int64
+/// values (eight bytes each decoded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn costly_messages_are_refused_before_decoding() {
+    let (server, client) = start(ServeConfig::for_repository(repository())).await;
+    let client = client.max_encoding_message_size(usize::MAX);
+    let send = |request: ModelInferRequest| {
+        let mut client = client.clone();
+        async move { client.model_infer(request).await }
+    };
+    let empty_inputs = ModelInferRequest {
+        model_name: "digits".into(),
+        inputs: vec![InferInputTensor::default(); 1_500_000],
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    let refused = send(empty_inputs).await.expect_err("refused");
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(
+        refused.message().contains("inputs: more than 1024 entries"),
+        "{}",
+        refused.message()
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+
+    let amplified = ModelInferRequest {
+        model_name: "digits".into(),
+        inputs: vec![InferInputTensor {
+            name: "input-0".into(),
+            datatype: "INT64".into(),
+            shape: vec![8 << 20],
+            contents: Some(tensorplug::grpc::proto::InferTensorContents {
+                int64_contents: vec![1; 8 << 20],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let refused = send(amplified).await.expect_err("refused");
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(refused.message().contains("would decode to"), "{}", refused.message());
+    drop(client);
+    server.stop().await;
+}

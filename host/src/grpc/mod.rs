@@ -10,6 +10,8 @@
 //! [`RepositoryAccess`] rules as REST, with the token from the `authorization`
 //! metadata (`Bearer <token>`).
 
+pub mod budget;
+pub mod codec;
 mod convert;
 mod health;
 mod service;
