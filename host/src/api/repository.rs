@@ -127,3 +127,26 @@ pub fn index(repository: &Repository) -> Vec<IndexRow> {
     rows.sort_by(|a, b| a.name.cmp(&b.name));
     rows
 }
+
+/// A change to what the server serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Load,
+    Unload,
+}
+
+/// Loads or unloads `name` for a caller presenting `token`, under `access`'s rules.
+pub async fn change(
+    repository: &Repository,
+    access: &RepositoryAccess,
+    token: Option<&str>,
+    name: &str,
+    change: Change,
+) -> Result<(), ServeError> {
+    access.check_change(token)?;
+    match change {
+        Change::Load => repository.load(name).await?,
+        Change::Unload => repository.unload(name).await?,
+    }
+    Ok(())
+}

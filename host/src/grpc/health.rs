@@ -68,13 +68,7 @@ impl Health {
                 .map(|(name, entry)| (name, serving(entry.status.state() == ModelState::Ready)))
                 .collect();
             // A model that has gone (its folder removed) is no longer served.
-            let known: Vec<String> = self
-                .reported
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .keys()
-                .cloned()
-                .collect();
+            let known = self.reported_names();
             for name in known {
                 now.entry(name).or_insert(ServingStatus::NotServing);
             }
@@ -87,15 +81,19 @@ impl Health {
         }
     }
 
-    /// Marks the server and every model `NOT_SERVING`, then ends every `Watch`.
-    pub async fn stop(mut self, repository: &Repository) {
-        let mut names: Vec<String> = self
-            .reported
+    /// Every name a status has been reported for.
+    fn reported_names(&self) -> Vec<String> {
+        self.reported
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .keys()
             .cloned()
-            .collect();
+            .collect()
+    }
+
+    /// Marks the server and every model `NOT_SERVING`, then ends every `Watch`.
+    pub async fn stop(mut self, repository: &Repository) {
+        let mut names = self.reported_names();
         names.extend(repository.index().into_iter().map(|(name, _)| name));
         names.extend([String::new(), SERVICE_NAME.to_owned()]);
         for name in &names {

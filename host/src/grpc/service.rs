@@ -22,7 +22,7 @@ use super::proto::{
     StatisticDuration,
 };
 use super::status::{item_status, multi_status, status_of};
-use crate::api::repository::{self, RepositoryAccess};
+use crate::api::repository::{self, Change, RepositoryAccess};
 use crate::api::{self, ServeError};
 use crate::protocol::{clip, OutputOptions};
 use crate::serving::items::Answer;
@@ -37,6 +37,13 @@ pub struct Inference {
 impl Inference {
     pub fn new(repository: Arc<Repository>, access: RepositoryAccess) -> Self {
         Self { repository, access }
+    }
+
+    /// Loads or unloads a model under the REST edge's rules, the token from `metadata`.
+    async fn change(&self, metadata: &tonic::metadata::MetadataMap, name: &str, change: Change) -> Result<(), Status> {
+        repository::change(&self.repository, &self.access, bearer(metadata), name, change)
+            .await
+            .map_err(|e| status_of(&e))
     }
 
     /// One inference call, from message to message.
@@ -272,14 +279,8 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<RepositoryModelLoadRequest>,
     ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
-        self.access
-            .check_change(bearer(request.metadata()))
-            .map_err(|e| status_of(&e))?;
-        let name = request.into_inner().model_name;
-        self.repository
-            .load(&name)
-            .await
-            .map_err(|e| status_of(&ServeError::from(e)))?;
+        self.change(request.metadata(), &request.get_ref().model_name, Change::Load)
+            .await?;
         Ok(Response::new(RepositoryModelLoadResponse {}))
     }
 
@@ -287,14 +288,8 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<RepositoryModelUnloadRequest>,
     ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
-        self.access
-            .check_change(bearer(request.metadata()))
-            .map_err(|e| status_of(&e))?;
-        let name = request.into_inner().model_name;
-        self.repository
-            .unload(&name)
-            .await
-            .map_err(|e| status_of(&ServeError::from(e)))?;
+        self.change(request.metadata(), &request.get_ref().model_name, Change::Unload)
+            .await?;
         Ok(Response::new(RepositoryModelUnloadResponse {}))
     }
 }

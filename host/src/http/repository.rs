@@ -10,8 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::AppState;
-use crate::api::repository;
-use crate::api::ServeError;
+use crate::api::repository::{self, Change};
 
 /// The bearer token the caller presents, if any.
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -29,33 +28,22 @@ pub async fn index(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Re
 }
 
 pub async fn load(state: State<Arc<AppState>>, name: Path<String>, headers: HeaderMap) -> Response {
-    change(state, name, headers, Change::Load).await
+    respond(state, name, headers, Change::Load).await
 }
 
 pub async fn unload(state: State<Arc<AppState>>, name: Path<String>, headers: HeaderMap) -> Response {
-    change(state, name, headers, Change::Unload).await
+    respond(state, name, headers, Change::Unload).await
 }
 
-enum Change {
-    Load,
-    Unload,
-}
-
-async fn change(
+async fn respond(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
     headers: HeaderMap,
     change: Change,
 ) -> Response {
-    if let Err(e) = state.repository_access.check_change(bearer(&headers)) {
-        return e.into_response();
-    }
-    let done = match change {
-        Change::Load => state.repository.load(&name).await,
-        Change::Unload => state.repository.unload(&name).await,
-    };
-    match done {
+    let token = bearer(&headers);
+    match repository::change(&state.repository, &state.repository_access, token, &name, change).await {
         Ok(()) => StatusCode::OK.into_response(),
-        Err(e) => ServeError::from(e).into_response(),
+        Err(e) => e.into_response(),
     }
 }

@@ -10,7 +10,7 @@ use super::limits::{
     MAX_DIMS, MAX_ID_BYTES, MAX_INPUTS, MAX_NAME_BYTES, MAX_OUTPUTS, MAX_PARAMETERS, MAX_PARAMETER_STRING_BYTES,
 };
 use super::parameters::{ParameterValue, Parameters};
-use super::request::{InferRequest, RequestedOutput, UNSUPPORTED_PARAMETERS};
+use super::request::{reject_unsupported, InferRequest, RequestedOutput};
 use crate::model::tensor::{element_count, push_bytes_element, DataType, Tensor};
 
 /// A request, field by field.
@@ -273,16 +273,6 @@ fn checked_parameters(list: Vec<(String, ParameterValue)>, at: &str) -> Result<P
         }
     }
     Ok(Parameters(list))
-}
-
-fn reject_unsupported(parameters: &Parameters, at: &str) -> Result<(), ProtocolError> {
-    match parameters.first_of(&UNSUPPORTED_PARAMETERS) {
-        Some(parameter) => Err(ProtocolError::Unsupported {
-            at: at.to_owned(),
-            parameter: parameter.to_owned(),
-        }),
-        None => Ok(()),
-    }
 }
 
 #[cfg(test)]

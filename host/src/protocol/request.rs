@@ -35,7 +35,7 @@ use crate::model::tensor::{bytes_element_offsets, element_count, DataType, Tenso
 
 /// Parameters of the shared-memory and classification extensions, which are not supported
 /// and are rejected rather than silently ignored.
-pub(super) const UNSUPPORTED_PARAMETERS: [&str; 4] = [
+const UNSUPPORTED_PARAMETERS: [&str; 4] = [
     "shared_memory_region",
     "shared_memory_byte_size",
     "shared_memory_offset",
@@ -354,7 +354,7 @@ fn name_of(value: Option<&RawValue>, position: &str) -> Result<String, ProtocolE
     }
 }
 
-fn reject_unsupported(parameters: &Parameters, at: &str) -> Result<(), ProtocolError> {
+pub(super) fn reject_unsupported(parameters: &Parameters, at: &str) -> Result<(), ProtocolError> {
     match parameters.first_of(&UNSUPPORTED_PARAMETERS) {
         Some(parameter) => Err(ProtocolError::Unsupported {
             at: at.to_owned(),
