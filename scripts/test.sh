@@ -5,7 +5,9 @@
 #   2. builds the example and test plugins for wasm32 (scripts/build-plugins.sh);
 #   3. clippy with -D warnings: the plugin workspace for wasm32-wasip2, the root workspace
 #      with all targets (tests, benches, examples);
-#   4. every test of the root workspace: the host's unit and end-to-end tests (which serve
+#   4. the conformance test's Python virtualenv (scripts/python-env.sh: tritonclient and
+#      kserve from PyPI, cached in the target folder);
+#   5. every test of the root workspace: the host's unit and end-to-end tests (which serve
 #      the plugins over loopback), the guest SDK's and the digits model's unit tests.
 # Everything runs --locked, in one target folder (CARGO_TARGET_DIR if set). Extra
 # arguments go to the final `cargo test` (e.g. `-- --nocapture`).
@@ -32,6 +34,11 @@ target_dir="$(cargo metadata --format-version 1 --no-deps |
 
 step "clippy: root workspace"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "python virtualenv for the conformance test (tritonclient, kserve)"
+# Installed before the tests run, so a cold install does not compete with them for the
+# cores; the conformance test calls the same (then instant) script.
+./scripts/python-env.sh >/dev/null
 
 step "tests"
 cargo test --workspace --locked "$@"

@@ -129,6 +129,8 @@ mod error;
 mod export;
 mod item;
 pub mod log;
+pub mod metadata;
+pub mod metrics;
 mod model;
 mod params;
 mod stage;
@@ -151,10 +153,10 @@ pub use tensor::format_shape;
 
 /// Everything a plugin usually needs: `use tensorplug_guest::prelude::*;`.
 pub mod prelude {
-    pub use crate::log;
     pub use crate::{
         export_postprocessor, export_predictor, export_preprocessor, read_model_file, Datatype, Element, Item,
         ItemError, ItemFailure, Parameter, Parameters, Postprocessor, Prediction, Predictor, Preprocessor, Tensor,
         TensorsExt,
     };
+    pub use crate::{log, metadata, metrics};
 }

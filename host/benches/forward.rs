@@ -45,6 +45,7 @@ fn forward_pass(c: &mut Criterion) {
         model: "digits".into(),
         version: "1".into(),
         stage: "predict",
+        shared: Default::default(),
     };
     let limits = SandboxLimits {
         memory_bytes: 64 << 20,

@@ -7,6 +7,7 @@ use std::path::Path;
 /// Top-level modules from the top layer down; modules on one line are peers.
 const LAYERS: &[&[&str]] = &[
     &["app"],
+    &["batch"],
     &["http", "grpc"],
     &["api"],
     &["protocol", "serving"],

@@ -6,6 +6,7 @@
 //! | layer | owns |
 //! | --- | --- |
 //! | [`app`] | the command line, server start-up and graceful shutdown, logging, `check` |
+//! | [`batch`] | `tensorplug infer`: batch inference over JSONL files, against a server (as a REST or gRPC client) or in-process |
 //! | [`http`], [`grpc`] | the edges, side by side (neither imports the other): REST (routes, connections and their limits, the HTTP status mapping) and gRPC (the inference service, health, reflection, the gRPC status mapping) |
 //! | [`api`] | what every edge asks of the server, independent of its wire format, and [`api::ServeError`] |
 //! | [`protocol`] | the Open Inference Protocol's wire format: request and response bodies |
@@ -16,6 +17,7 @@
 
 pub mod api;
 pub mod app;
+pub mod batch;
 pub mod grpc;
 pub mod http;
 pub mod model;

@@ -6,13 +6,28 @@ use tensorplug::app::config::{Cli, Command};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|error| {
+        // `infer` exits 2 when lines failed, so its usage errors exit 1 (clap's is 2).
+        let infer = std::env::args().nth(1).as_deref() == Some("infer");
+        let code = if error.use_stderr() && infer {
+            1
+        } else {
+            error.exit_code()
+        };
+        let _ = error.print();
+        std::process::exit(code);
+    });
     match cli.command {
         Command::Serve(config) => {
             tensorplug::app::telemetry::init(&config.log, config.log_format);
             let address = std::net::SocketAddr::new(config.host, config.http_port);
             let listener = tokio::net::TcpListener::bind(address).await?;
             tensorplug::app::server::run(config, listener, tensorplug::app::shutdown::signal()).await
+        }
+        Command::Infer(config) => {
+            tensorplug::app::telemetry::init_stderr(config.log_filter());
+            let code = tensorplug::batch::run(config.options()).await;
+            std::process::exit(code);
         }
         Command::Check(config) => {
             tensorplug::app::telemetry::init("error", Default::default());

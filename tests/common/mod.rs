@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod metrics;
 pub mod process;
 
 use std::net::SocketAddr;

@@ -250,23 +250,11 @@ async fn health_and_metadata() {
         .post_json(INFER, &request("input-0", "FP32", &[1, 64], json!(pixels)))
         .await;
     assert_eq!(status, 200);
-    let metrics = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for line in [
-        "# TYPE tensorplug_items_succeeded_total counter",
-        "tensorplug_items_succeeded_total{model=\"digits\",version=\"1\"} 1",
-        "tensorplug_batches_total{model=\"digits\",version=\"1\"} 1",
-        "tensorplug_model_ready{model=\"digits\"} 1",
-    ] {
-        assert!(metrics.lines().any(|l| l == line), "{line:?} missing from\n{metrics}");
-    }
+    let metrics = crate::common::metrics::scrape(&server).await;
+    let digits = [("model", "digits"), ("version", "1")];
+    assert_eq!(metrics.value("tensorplug_items_succeeded_total", &digits), 1.0);
+    assert_eq!(metrics.value("tensorplug_batches_total", &digits), 1.0);
+    assert_eq!(metrics.value("tensorplug_model_ready", &[("model", "digits")]), 1.0);
 
     let (status, body) = server.get("/v2/models/nope").await;
     assert_eq!(status, 404);

@@ -5,13 +5,16 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod batch;
 mod batching;
 mod check;
+mod conformance;
 mod deadlines;
 mod digits;
 mod faults;
 mod grpc;
 mod logs;
+mod metrics;
 mod repository;
 mod sandbox;
 mod shutdown;

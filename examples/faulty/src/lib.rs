@@ -20,6 +20,13 @@
 //! | -13 | the batch's outputs hold `y` twice |
 //! | -14 | the batch's outputs hold 100,000 more tensors |
 //! | -15 | predict fails the whole batch (400 "faulty: batch rejected") |
+//! | -16 | updates a metric with an invalid name; the host's refusal becomes the item's 422 |
+//! | -17 | sets the counter `batches` as a gauge; the refusal becomes the item's 422 |
+//! | -18 | declares metadata after init; the refusal becomes the item's 422 |
+//! | -19 | creates metric names until the host refuses; the refusal becomes the item's 422 |
+//!
+//! It keeps metrics: the counter `batches`, the gauge `last_batch_size` and the histogram
+//! `item_value` (each item's |x|), and declares the metadata `purpose` and `scale`.
 //!
 //! With the parameter `fail_init = "true"`, `init` fails; with `sleep_init_ms = N`,
 //! `init` first sleeps N ms (in a host call).
@@ -42,7 +49,9 @@ impl Predictor for Faulty {
         if parameters.parse_or("fail_init", false)? {
             return Err("faulty: init failed as configured".into());
         }
-        let scale = parameters.parse_or("scale", 2.0)?;
+        let scale: f32 = parameters.parse_or("scale", 2.0)?;
+        metadata::declare("purpose", "fault injection")?;
+        metadata::declare("scale", &scale.to_string())?;
         Ok(Faulty { scale })
     }
 
@@ -56,7 +65,19 @@ impl Predictor for Faulty {
         let mut failures = Vec::new();
         let (mut extra_row, mut wrong_name, mut bad_index) = (false, false, false);
         let (mut twice, mut flood) = (false, false);
+        let refused = |result: Result<(), String>| result.err().map(|reason| ItemError::new(422, reason));
         for (i, &v) in x.values::<f32>()?.iter().enumerate() {
+            let _ = metrics::histogram_observe("item_value", &[], f64::from(v.abs()));
+            let misuse = match fault_code(v) {
+                Some(16) => refused(metrics::counter_add("bad name!", &[], 1.0)),
+                Some(17) => refused(metrics::gauge_set("batches", &[], 1.0)),
+                Some(18) => refused(metadata::declare("late", "too late")),
+                Some(19) => (0..100).find_map(|k| refused(metrics::gauge_set(&format!("flood_{k}"), &[], 1.0))),
+                _ => None,
+            };
+            if let Some(error) = misuse {
+                failures.push(error.at(i as u32));
+            }
             match fault_code(v) {
                 Some(1) => panic!("faulty: panic requested"),
                 Some(2) => spin(),
@@ -100,14 +121,16 @@ impl Predictor for Faulty {
             let zeros = vec![0.0; y.len()];
             outputs.extend((0..100_000).map(|k| Tensor::from_f32(format!("extra{k}"), &[rows, 1], &zeros)));
         }
+        metrics::counter_add("batches", &[], 1.0).map_err(ItemError::internal)?;
+        metrics::gauge_set("last_batch_size", &[], n as f64).map_err(ItemError::internal)?;
         Ok(Prediction::with_failures(outputs, failures))
     }
 }
 
-/// `Some(k)` when `v` is exactly `-k` for a fault code `k` in 1..=15.
+/// `Some(k)` when `v` is exactly `-k` for a fault code `k` in 1..=19.
 fn fault_code(v: f32) -> Option<u8> {
     let code = -v;
-    (code.fract() == 0.0 && (1.0..=15.0).contains(&code)).then_some(code as u8)
+    (code.fract() == 0.0 && (1.0..=19.0).contains(&code)).then_some(code as u8)
 }
 
 /// Opens the model's own config again and again, keeping every handle.

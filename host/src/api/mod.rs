@@ -5,7 +5,9 @@
 
 pub mod error;
 mod infer;
+mod metadata;
 pub mod repository;
 
 pub use error::ServeError;
 pub use infer::{find_model, infer, Inference};
+pub use metadata::model_metadata;

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 pub use crate::api::repository::{ModelControl, RepositoryApi};
 use crate::app::telemetry::LogFormat;
+pub use crate::batch::TransportKind;
 
 /// An inference server whose models are sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -24,6 +25,161 @@ pub enum Command {
     /// Validate every model folder of a repository: parse each model.toml, compile every
     /// stage and run each stage's init. Exits non-zero when any model is broken.
     Check(CheckConfig),
+    /// Batch inference: run every request of a JSONL file (one V2 request a line) through
+    /// a model, against a server (--url) or in-process (--repository, the default), and
+    /// write one answer line per input line.
+    ///
+    /// Exit status: 0 every line succeeded, 2 some lines failed (each has its answer line
+    /// with its status and error), 1 usage or setup error (nothing was inferred), 130
+    /// interrupted (rerun with --resume to answer the rest).
+    Infer(InferConfig),
+}
+
+/// Settings of `tensorplug infer`. The flags `mlserver infer` has keep its names and
+/// short forms, so that its users can switch by changing the program's name.
+#[derive(Clone, Debug, Args)]
+pub struct InferConfig {
+    /// The model to run.
+    #[arg(short = 'm', long = "model-name", env = "TENSORPLUG_INFER_MODEL_NAME")]
+    pub model_name: String,
+
+    /// The model version to run (default: the one served).
+    #[arg(long, env = "TENSORPLUG_INFER_MODEL_VERSION")]
+    pub model_version: Option<String>,
+
+    /// The requests: one V2 inference request (JSON) a line; `-` reads standard input.
+    #[arg(short = 'i', long = "input-data-path", env = "TENSORPLUG_INFER_INPUT_DATA_PATH")]
+    pub input_data_path: PathBuf,
+
+    /// Where the answers go, one a line; `-` writes standard output.
+    #[arg(short = 'o', long = "output-data-path", env = "TENSORPLUG_INFER_OUTPUT_DATA_PATH")]
+    pub output_data_path: PathBuf,
+
+    /// The server: `host:port` (as mlserver infer takes it) or a URL. Without it, the
+    /// model runs in this process, from --repository.
+    #[arg(short = 'u', long, env = "TENSORPLUG_INFER_URL", conflicts_with = "repository")]
+    pub url: Option<String>,
+
+    /// In-process: the model repository to load the model from (default: ./models).
+    #[arg(long)]
+    pub repository: Option<PathBuf>,
+
+    /// With --url: `rest` (HTTP/1.1, JSON or --binary-data) or `grpc`.
+    #[arg(short = 't', long, env = "TENSORPLUG_INFER_TRANSPORT", value_enum, default_value_t = TransportKind::Rest)]
+    pub transport: TransportKind,
+
+    /// Requests in flight at once.
+    #[arg(short = 'w', long, env = "TENSORPLUG_INFER_WORKERS", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub workers: u32,
+
+    /// Retries of a line after its first attempt, for connection errors, 503 and 504
+    /// (never for other answers).
+    #[arg(short = 'r', long, env = "TENSORPLUG_INFER_RETRIES", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub retries: u32,
+
+    /// Merge up to this many compatible lines into one multi-item request.
+    #[arg(short = 's', long, env = "TENSORPLUG_INFER_BATCH_SIZE", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub batch_size: u32,
+
+    /// A header sent with every request, `Name: value` (gRPC: metadata); repeatable.
+    #[arg(
+        short = 'H',
+        long = "request-headers",
+        env = "TENSORPLUG_INFER_REQUEST_HEADERS",
+        value_delimiter = '\n'
+    )]
+    pub request_headers: Vec<String>,
+
+    /// Longest wait for one request's answer, in seconds.
+    #[arg(long, env = "TENSORPLUG_INFER_TIMEOUT", default_value_t = 60.0)]
+    pub timeout: f64,
+
+    /// REST: send inputs and receive outputs as binary tensor data (answer lines are
+    /// JSON all the same).
+    #[arg(short = 'b', long, env = "TENSORPLUG_INFER_BINARY_DATA")]
+    pub binary_data: bool,
+
+    /// Write answers as they complete, instead of in input order.
+    #[arg(long)]
+    pub unordered: bool,
+
+    /// Skip the lines OUTPUT already answers successfully (by parameters.batch_index) and
+    /// append the others' answers; failed answer lines in OUTPUT are replaced.
+    #[arg(long)]
+    pub resume: bool,
+
+    /// Lines in the program at once, read but not yet written (memory is bounded by
+    /// this); default 4 × workers × batch size.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub window: Option<u64>,
+
+    /// Longest input line in bytes; a longer line is answered as a failed line.
+    #[arg(long, default_value_t = 64 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 32)))]
+    pub max_line_bytes: u64,
+
+    /// No progress display (the summary line and errors are still printed).
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+
+    /// More log lines on standard error: -v retries and failed lines, -vv details.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+impl InferConfig {
+    /// The job these flags describe.
+    pub fn options(&self) -> crate::batch::Options {
+        let target = match &self.url {
+            Some(url) => crate::batch::Target::Server {
+                url: url.clone(),
+                transport: self.transport,
+            },
+            None => crate::batch::Target::InProcess {
+                repository: self.repository.clone().unwrap_or_else(|| PathBuf::from("models")),
+                // wasmtime's cache wants an absolute path.
+                cache_dir: self
+                    .cache
+                    .resolved_dir()
+                    .map(|dir| std::path::absolute(&dir).unwrap_or(dir)),
+            },
+        };
+        crate::batch::Options {
+            model: self.model_name.clone(),
+            model_version: self.model_version.clone(),
+            input: self.input_data_path.clone(),
+            output: self.output_data_path.clone(),
+            target,
+            workers: self.workers as usize,
+            retries: self.retries,
+            batch_size: self.batch_size as usize,
+            headers: self.request_headers.clone(),
+            timeout: Duration::try_from_secs_f64(self.timeout).unwrap_or(Duration::ZERO),
+            binary_data: self.binary_data,
+            unordered: self.unordered,
+            resume: self.resume,
+            window: self.window.map(|w| usize::try_from(w).unwrap_or(usize::MAX)),
+            max_line_bytes: usize::try_from(self.max_line_bytes).unwrap_or(usize::MAX),
+            quiet: self.quiet,
+        }
+    }
+
+    /// The log filter -v/-vv ask for: warnings and errors by default, less the
+    /// in-process model's per-item warnings (a trapped item, ...), which its answer line
+    /// already carries.
+    pub fn log_filter(&self) -> &'static str {
+        match self.verbose {
+            0 => "warn,tensorplug::pipeline=error,tensorplug::serving=error,tensorplug::runtime=error",
+            1 => "warn,tensorplug=info",
+            _ => "info,tensorplug=debug",
+        }
+    }
 }
 
 /// Settings of `tensorplug check`.
@@ -102,6 +258,11 @@ pub struct ServeConfig {
     #[arg(long, env = "TENSORPLUG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// `on`: Prometheus metrics on `GET /metrics` (REST port), with latency histograms;
+    /// `off`: no /metrics route and no histograms (the statistics endpoints still count).
+    #[arg(long, env = "TENSORPLUG_METRICS", value_enum, default_value_t = Metrics::On)]
+    pub metrics: Metrics,
+
     /// How the set of served models may change while running.
     #[arg(long, env = "TENSORPLUG_MODEL_CONTROL", value_enum, default_value_t = ModelControl::Poll)]
     pub model_control: ModelControl,
@@ -145,6 +306,7 @@ impl ServeConfig {
             shutdown_grace_secs: 30,
             log: "info".into(),
             log_format: LogFormat::Text,
+            metrics: Metrics::On,
             model_control: ModelControl::Poll,
             load_models: Vec::new(),
             repository_api: RepositoryApi::On,
@@ -161,6 +323,15 @@ impl ServeConfig {
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)
     }
+}
+
+/// Whether the server keeps and serves metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Metrics {
+    #[value(alias = "true")]
+    On,
+    #[value(alias = "false")]
+    Off,
 }
 
 /// Bounds on the REST port's client connections (see `http::connections`).
@@ -182,13 +353,14 @@ pub struct ConnectionArgs {
     pub body_read_timeout_ms: u64,
 
     /// Longest time a kept-alive connection may sit between requests (and a client may
-    /// leave its response unread) before it is closed.
+    /// leave its response unread) before it is closed; a gRPC connection, with no I/O.
     #[arg(long, env = "TENSORPLUG_IDLE_TIMEOUT_MS", default_value_t = ConnectionArgs::DEFAULT_IDLE_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..=ConnectionArgs::MAX_TIMEOUT_MS))]
     pub idle_timeout_ms: u64,
 
-    /// Most client connections open at once (lowered at start if the descriptor limit
-    /// cannot hold them plus a reserve); beyond it a connection is answered 503 and closed.
+    /// Most client connections open at once, REST and gRPC together (lowered at start if
+    /// the descriptor limit cannot hold them plus a reserve); beyond it a connection is
+    /// answered 503 (gRPC: closed) at once.
     #[arg(long, env = "TENSORPLUG_MAX_CONNECTIONS", default_value_t = ConnectionArgs::DEFAULT_MAX_CONNECTIONS,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,

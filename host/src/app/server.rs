@@ -16,15 +16,21 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::api::repository::{ModelControl, RepositoryAccess, RepositoryApi};
-use crate::app::config::ServeConfig;
+use prometheus_client::registry::Registry;
+
+use crate::app::config::{Metrics, ServeConfig};
+use crate::grpc::incoming::ConnectionBounds;
+use crate::grpc::metrics::GrpcMetrics;
 use crate::grpc::{self, GrpcState};
 use crate::http::connections::{self, ConnectionStats, Limits};
+use crate::http::metrics::HttpMetrics;
 use crate::http::{router, AppState};
 use crate::runtime::Runtime;
-use crate::serving::{watch, Repository};
+use crate::serving::{self, watch, Repository};
 
 /// Serves `config.repository` on `listener` (REST) and on `config.grpc_port` (gRPC, unless
 /// 0) until `shutdown` resolves.
@@ -56,7 +62,8 @@ pub async fn run_with_grpc(
     let limits = Limits::establish(config.connections.limits());
     let cache_dir = config.cache.resolved_dir();
     let runtime = Runtime::new(cache_dir.as_deref()).context("starting the wasm runtime")?;
-    let repository = Arc::new(Repository::new(&config.repository, runtime));
+    let metrics_on = config.metrics == Metrics::On;
+    let repository = Arc::new(Repository::new(&config.repository, runtime, metrics_on));
     let initial = match config.model_control {
         ModelControl::Poll | ModelControl::None => repository
             .model_folders()
@@ -85,25 +92,43 @@ pub async fn run_with_grpc(
         );
     }
     let connection_stats = Arc::new(ConnectionStats::default());
+    // One cap for both ports: the descriptor reserve holds whatever the mix.
+    let connection_slots = Arc::new(Semaphore::new(limits.max_connections.min(Semaphore::MAX_PERMITS)));
     let max_body_bytes = usize::try_from(config.max_body_bytes).unwrap_or(usize::MAX);
     let repository_access = RepositoryAccess {
         api: config.repository_api,
         model_control: config.model_control,
         admin_token: config.admin_token.clone(),
     };
+    // One registry for the whole server: each layer adds its own metrics to it.
+    let (http_metrics, grpc_metrics) = match metrics_on {
+        true => {
+            let mut registry = Registry::default();
+            serving::metrics::register(&mut registry, &repository);
+            let grpc_metrics = GrpcMetrics::register(&mut registry);
+            (
+                Some(HttpMetrics::new(registry, connection_stats.clone())),
+                Some(grpc_metrics),
+            )
+        }
+        false => (None, None),
+    };
     let state = Arc::new(AppState {
         repository: repository.clone(),
         max_body_bytes,
         repository_access: repository_access.clone(),
-        connections: connection_stats.clone(),
+        metrics: http_metrics,
     });
     let address = listener.local_addr()?;
     tracing::info!(%address, repository = %config.repository.display(), "serving the Open Inference Protocol over HTTP");
 
     let grace = config.shutdown_grace();
     let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(None::<Instant>);
+    let draining = repository.clone();
     let signal = async move {
         shutdown.await;
+        // Readiness turns false at once (REST, gRPC, health), while requests drain.
+        draining.begin_drain();
         tracing::info!(
             grace_secs = grace.as_secs(),
             "shutting down: finishing in-flight requests"
@@ -126,6 +151,11 @@ pub async fn run_with_grpc(
                 repository: repository.clone(),
                 max_message_bytes: max_body_bytes,
                 repository_access,
+                metrics: grpc_metrics,
+                connections: ConnectionBounds {
+                    slots: connection_slots.clone(),
+                    idle_timeout: limits.idle_timeout,
+                },
             };
             Some(tokio::spawn(async move {
                 // Logged when it happens; REST serves on.
@@ -140,6 +170,7 @@ pub async fn run_with_grpc(
         listener,
         router(state),
         limits,
+        connection_slots,
         connection_stats,
         signal,
     ));

@@ -25,3 +25,15 @@ pub fn init(filter: &str, format: LogFormat) {
         LogFormat::Json => builder.json().with_current_span(true).try_init(),
     };
 }
+
+/// Installs the global subscriber writing text lines to standard error (for commands
+/// whose standard output is data, like `infer -o -`); a second call is a no-op.
+pub fn init_stderr(filter: &str) {
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}

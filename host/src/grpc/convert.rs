@@ -8,7 +8,6 @@ use super::proto::model_infer_response::InferOutputTensor;
 use super::proto::model_metadata_response::TensorMetadata;
 use super::proto::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse, ModelMetadataResponse};
 use crate::api::ServeError;
-use crate::model::config::TensorSpec;
 use crate::model::tensor::Tensor;
 use crate::protocol::{InferRequest, InputData, InputParts, OutputParts, ParameterValue, RequestParts};
 use crate::serving::Model;
@@ -145,24 +144,34 @@ pub fn response(model: &Model, id: Option<String>, outputs: Vec<Tensor>) -> Mode
     message
 }
 
-/// A model's metadata.
+/// A model's metadata, as every edge reports it ([`crate::api::model_metadata`]).
 pub fn metadata(model: &Model) -> ModelMetadataResponse {
-    let config = &model.config;
-    let describe = |specs: &[TensorSpec]| {
-        specs
-            .iter()
-            .map(|spec| TensorMetadata {
-                name: spec.name.clone(),
-                datatype: spec.datatype.as_str().to_owned(),
-                shape: config.metadata_shape(spec),
+    let metadata = crate::api::model_metadata(model);
+    let describe = |tensors: Vec<crate::protocol::TensorMetadata>| {
+        tensors
+            .into_iter()
+            .map(|tensor| TensorMetadata {
+                name: tensor.name,
+                datatype: tensor.datatype.as_str().to_owned(),
+                shape: tensor.shape,
             })
             .collect()
     };
     ModelMetadataResponse {
-        name: config.name.clone(),
-        versions: vec![config.version.clone()],
-        platform: "tensorplug_wasm".into(),
-        inputs: describe(&config.inputs),
-        outputs: describe(&config.outputs),
+        name: metadata.name,
+        versions: metadata.versions,
+        platform: metadata.platform,
+        inputs: describe(metadata.inputs),
+        outputs: describe(metadata.outputs),
+        parameters: metadata
+            .parameters
+            .into_iter()
+            .map(|(key, value)| {
+                let value = InferParameter {
+                    parameter_choice: Some(ParameterChoice::StringParam(value)),
+                };
+                (key, value)
+            })
+            .collect(),
     }
 }

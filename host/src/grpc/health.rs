@@ -1,7 +1,7 @@
 //! `grpc.health.v1.Health` kept in step with the repository: the server (`""`, and the
 //! inference service by its name) is `SERVING` when every model it should serve has
-//! loaded, each model (by its name) when it is ready. The repository is polled every
-//! [`POLL`].
+//! loaded, each model (by its name) when it is ready. The statuses are brought up to date
+//! whenever the repository reports a change ([`Repository::changes`]).
 //!
 //! At shutdown every service turns `NOT_SERVING` and is then cleared, which ends every
 //! `Watch` stream (after it has sent `NOT_SERVING`): an open `Watch` would otherwise
@@ -9,16 +9,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use super::SERVICE_NAME;
 use crate::serving::{ModelState, Repository};
-
-/// How often the statuses are brought up to date.
-pub const POLL: Duration = Duration::from_millis(200);
 
 fn serving(yes: bool) -> ServingStatus {
     if yes {
@@ -56,16 +52,17 @@ impl Health {
         changes
     }
 
-    /// Updates the statuses from `repository` every [`POLL`], forever.
+    /// Updates the statuses from `repository` at once and after each of its changes, until
+    /// the repository is gone.
     pub async fn keep_in_step(self, repository: Arc<Repository>) {
-        let mut ticks = tokio::time::interval(POLL);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut changes = repository.changes();
         loop {
-            ticks.tick().await;
+            changes.mark_unchanged();
+            let draining = repository.is_draining();
             let mut now: HashMap<String, ServingStatus> = repository
                 .index()
                 .into_iter()
-                .map(|(name, entry)| (name, serving(entry.status.state() == ModelState::Ready)))
+                .map(|(name, entry)| (name, serving(!draining && entry.status.state() == ModelState::Ready)))
                 .collect();
             // A model that has gone (its folder removed) is no longer served.
             let known = self.reported_names();
@@ -77,6 +74,9 @@ impl Health {
             now.insert(SERVICE_NAME.to_owned(), server);
             for (name, status) in self.changes(now) {
                 self.reporter.set_service_status(&name, status).await;
+            }
+            if changes.changed().await.is_err() {
+                return;
             }
         }
     }

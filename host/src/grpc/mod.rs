@@ -14,6 +14,8 @@ pub mod budget;
 pub mod codec;
 mod convert;
 mod health;
+pub mod incoming;
+pub mod metrics;
 mod service;
 pub mod status;
 
@@ -22,7 +24,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
 use crate::api::repository::RepositoryAccess;
@@ -48,6 +49,10 @@ pub struct GrpcState {
     pub max_message_bytes: usize,
     /// Who may use the repository RPCs.
     pub repository_access: RepositoryAccess,
+    /// Call counters; None with `--metrics off`.
+    pub metrics: Option<metrics::GrpcMetrics>,
+    /// The connection cap (shared with REST) and idle timeout.
+    pub connections: incoming::ConnectionBounds,
 }
 
 /// Serves the gRPC services on `listener` until `shutdown` resolves, then stops taking
@@ -70,9 +75,18 @@ pub async fn serve(
         .build_v1alpha()
         .context("building the reflection service")?;
     let repository = state.repository.clone();
+    let refused = state.metrics.clone();
+    let ping_interval = state.connections.ping_interval();
+    let incoming = incoming::accept(listener, state.connections, move || {
+        tracing::debug!("gRPC connection refused: the connection cap is reached");
+        if let Some(metrics) = &refused {
+            metrics.count_refused();
+        }
+    });
     let inference = proto::grpc_inference_service_server::GrpcInferenceServiceServer::new(service::Inference::new(
         state.repository,
         state.repository_access,
+        state.metrics,
     ))
     .max_decoding_message_size(state.max_message_bytes)
     .max_encoding_message_size(usize::MAX);
@@ -82,11 +96,13 @@ pub async fn serve(
         health.stop(&repository).await;
     };
     Server::builder()
+        .http2_keepalive_interval(Some(ping_interval))
+        .http2_keepalive_timeout(Some(ping_interval))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(inference)
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .context("serving gRPC")
 }

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::metadata::MetadataMap;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Code, Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::convert;
+use super::metrics::GrpcMetrics;
 use super::proto::grpc_inference_service_server::GrpcInferenceService;
 use super::proto::repository_index_response::ModelIndex;
 use super::proto::{
@@ -26,17 +27,32 @@ use crate::api::repository::{self, Change, RepositoryAccess};
 use crate::api::{self, ServeError};
 use crate::protocol::{clip, OutputOptions};
 use crate::serving::items::Answer;
-use crate::serving::{ModelState, ModelStatus, Repository};
+use crate::serving::{Answered, Model, ModelState, ModelStatus, Protocol, Repository};
 
 /// The service, over the server's repository.
+#[derive(Clone)]
 pub struct Inference {
     repository: Arc<Repository>,
     access: RepositoryAccess,
+    /// Call counters; None with `--metrics off`.
+    metrics: Option<GrpcMetrics>,
 }
 
 impl Inference {
-    pub fn new(repository: Arc<Repository>, access: RepositoryAccess) -> Self {
-        Self { repository, access }
+    pub fn new(repository: Arc<Repository>, access: RepositoryAccess, metrics: Option<GrpcMetrics>) -> Self {
+        Self {
+            repository,
+            access,
+            metrics,
+        }
+    }
+
+    /// Counts a call of `method` by its outcome, and wraps its answer.
+    fn counted<T>(&self, method: &'static str, result: Result<T, Status>) -> Result<Response<T>, Status> {
+        if let Some(metrics) = &self.metrics {
+            metrics.count(method, result.as_ref().map_or_else(Status::code, |_| Code::Ok));
+        }
+        result.map(Response::new)
     }
 
     /// Loads or unloads a model under the REST edge's rules, the token from `metadata`.
@@ -57,7 +73,16 @@ impl Inference {
             id = tracing::field::Empty,
             items = tracing::field::Empty
         );
-        infer(&self.repository, message).instrument(span).await
+        let arrived = std::time::Instant::now();
+        let name = message.model_name.clone();
+        let model =
+            api::find_model(&self.repository, &name, version(&message.model_version)).map_err(|e| refused(&name, e))?;
+        let result = infer(&model, message).instrument(span).await;
+        let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
+        model
+            .stats
+            .record_request(Protocol::Grpc, Answered::Grpc(code as i32), arrived.elapsed());
+        result
     }
 }
 
@@ -81,9 +106,8 @@ fn refused(model: &str, error: ServeError) -> Status {
     status
 }
 
-async fn infer(repository: &Repository, message: ModelInferRequest) -> Result<ModelInferResponse, Status> {
+async fn infer(model: &Arc<Model>, message: ModelInferRequest) -> Result<ModelInferResponse, Status> {
     let name = message.model_name.clone();
-    let model = api::find_model(repository, &name, version(&message.model_version)).map_err(|e| refused(&name, e))?;
     let request = convert::request(message).map_err(|e| refused(&name, e))?;
     let span = tracing::Span::current();
     if let Some(id) = &request.id {
@@ -91,11 +115,11 @@ async fn infer(repository: &Repository, message: ModelInferRequest) -> Result<Mo
     }
     let options = OutputOptions::from_request(&request);
     let id = request.id.clone();
-    let inference = api::infer(&model, request).await.map_err(|e| refused(&name, e))?;
+    let inference = api::infer(model, request).await.map_err(|e| refused(&name, e))?;
     span.record("items", inference.items);
     let (model_name, quoted_id) = (model.config.name.as_str(), id.as_deref().map(clip));
     match inference.answer {
-        Answer::Success(outputs) => Ok(convert::response(&model, id.clone(), options.filter(outputs))),
+        Answer::Success(outputs) => Ok(convert::response(model, id.clone(), options.filter(outputs))),
         Answer::Failure(error) => {
             let status = item_status(&error);
             tracing::info!(
@@ -126,35 +150,38 @@ type InferStream = Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, St
 #[tonic::async_trait]
 impl GrpcInferenceService for Inference {
     async fn server_live(&self, _: Request<ServerLiveRequest>) -> Result<Response<ServerLiveResponse>, Status> {
-        Ok(Response::new(ServerLiveResponse { live: true }))
+        self.counted("ServerLive", Ok(ServerLiveResponse { live: true }))
     }
 
     async fn server_ready(&self, _: Request<ServerReadyRequest>) -> Result<Response<ServerReadyResponse>, Status> {
-        Ok(Response::new(ServerReadyResponse {
-            ready: self.repository.all_ready(),
-        }))
+        let ready = self.repository.all_ready();
+        self.counted("ServerReady", Ok(ServerReadyResponse { ready }))
     }
 
-    /// Ready or not for a model the server knows (loading: not ready); NOT_FOUND for a
-    /// model or version it does not serve.
+    /// Ready or not for a model the server knows (loading, or the server draining: not
+    /// ready); NOT_FOUND for a model or version it does not serve.
     async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
         let request = request.into_inner();
-        match api::find_model(&self.repository, &request.name, version(&request.version)) {
-            Ok(_) => Ok(Response::new(ModelReadyResponse { ready: true })),
-            Err(ServeError::ModelNotReady(_)) => Ok(Response::new(ModelReadyResponse { ready: false })),
+        let result = match api::find_model(&self.repository, &request.name, version(&request.version)) {
+            Ok(model) => Ok(ModelReadyResponse {
+                ready: self.repository.model_ready(&model.config.name),
+            }),
+            Err(ServeError::ModelNotReady(_)) => Ok(ModelReadyResponse { ready: false }),
             Err(e) => Err(status_of(&e)),
-        }
+        };
+        self.counted("ModelReady", result)
     }
 
     async fn server_metadata(
         &self,
         _: Request<ServerMetadataRequest>,
     ) -> Result<Response<ServerMetadataResponse>, Status> {
-        Ok(Response::new(ServerMetadataResponse {
+        let metadata = ServerMetadataResponse {
             name: "tensorplug".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             extensions: vec!["model_repository".into(), "statistics".into()],
-        }))
+        };
+        self.counted("ServerMetadata", Ok(metadata))
     }
 
     async fn model_metadata(
@@ -162,13 +189,15 @@ impl GrpcInferenceService for Inference {
         request: Request<ModelMetadataRequest>,
     ) -> Result<Response<ModelMetadataResponse>, Status> {
         let request = request.into_inner();
-        let model =
-            api::find_model(&self.repository, &request.name, version(&request.version)).map_err(|e| status_of(&e))?;
-        Ok(Response::new(convert::metadata(&model)))
+        let result = api::find_model(&self.repository, &request.name, version(&request.version))
+            .map(|model| convert::metadata(&model))
+            .map_err(|e| status_of(&e));
+        self.counted("ModelMetadata", result)
     }
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
-        self.infer(request.into_inner()).await.map(Response::new)
+        let result = self.infer(request.into_inner()).await;
+        self.counted("ModelInfer", result)
     }
 
     type ModelStreamInferStream = InferStream;
@@ -181,14 +210,14 @@ impl GrpcInferenceService for Inference {
     ) -> Result<Response<InferStream>, Status> {
         let mut incoming = request.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let service = Inference::new(self.repository.clone(), self.access.clone());
+        let service = self.clone();
         tokio::spawn(async move {
             while let Some(message) = incoming.next().await {
                 let answer = match message {
-                    Ok(message) => match service.infer(message).await {
+                    Ok(message) => match service.counted("ModelStreamInfer", service.infer(message).await) {
                         Ok(response) => Ok(ModelStreamInferResponse {
                             error_message: String::new(),
-                            infer_response: Some(response),
+                            infer_response: Some(response.into_inner()),
                         }),
                         Err(status) => Ok(ModelStreamInferResponse {
                             error_message: status.message().to_owned(),
@@ -211,6 +240,44 @@ impl GrpcInferenceService for Inference {
         request: Request<ModelStatisticsRequest>,
     ) -> Result<Response<ModelStatisticsResponse>, Status> {
         let request = request.into_inner();
+        let result = self.statistics(&request);
+        self.counted("ModelStatistics", result)
+    }
+
+    async fn repository_index(
+        &self,
+        request: Request<RepositoryIndexRequest>,
+    ) -> Result<Response<RepositoryIndexResponse>, Status> {
+        let token = bearer(request.metadata()).map(str::to_owned);
+        let result = self.index(token.as_deref(), request.into_inner().ready);
+        self.counted("RepositoryIndex", result)
+    }
+
+    async fn repository_model_load(
+        &self,
+        request: Request<RepositoryModelLoadRequest>,
+    ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
+        let result = self
+            .change(request.metadata(), &request.get_ref().model_name, Change::Load)
+            .await
+            .map(|()| RepositoryModelLoadResponse {});
+        self.counted("RepositoryModelLoad", result)
+    }
+
+    async fn repository_model_unload(
+        &self,
+        request: Request<RepositoryModelUnloadRequest>,
+    ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
+        let result = self
+            .change(request.metadata(), &request.get_ref().model_name, Change::Unload)
+            .await
+            .map(|()| RepositoryModelUnloadResponse {});
+        self.counted("RepositoryModelUnload", result)
+    }
+}
+
+impl Inference {
+    fn statistics(&self, request: &ModelStatisticsRequest) -> Result<ModelStatisticsResponse, Status> {
         let models = if request.name.is_empty() {
             self.repository
                 .index()
@@ -226,7 +293,7 @@ impl GrpcInferenceService for Inference {
                     .map_err(|e| status_of(&e))?,
             ]
         };
-        let count = |count| Some(StatisticDuration { count, ns: 0 });
+        let duration = |count, ns| Some(StatisticDuration { count, ns });
         let model_stats = models
             .iter()
             .map(|model| {
@@ -238,25 +305,21 @@ impl GrpcInferenceService for Inference {
                     inference_count: stats.items,
                     execution_count: stats.batches,
                     inference_stats: Some(InferStatistics {
-                        success: count(stats.items_ok),
-                        fail: count(stats.items_failed),
+                        success: duration(stats.requests_ok, stats.requests_ok_ns),
+                        fail: duration(stats.requests_failed, stats.requests_failed_ns),
+                        queue: duration(stats.queue_items, stats.queue_ns),
+                        compute_infer: duration(stats.batches, stats.compute_ns),
                         ..InferStatistics::default()
                     }),
                     batch_stats: Vec::new(),
                 }
             })
             .collect();
-        Ok(Response::new(ModelStatisticsResponse { model_stats }))
+        Ok(ModelStatisticsResponse { model_stats })
     }
 
-    async fn repository_index(
-        &self,
-        request: Request<RepositoryIndexRequest>,
-    ) -> Result<Response<RepositoryIndexResponse>, Status> {
-        self.access
-            .check_read(bearer(request.metadata()))
-            .map_err(|e| status_of(&e))?;
-        let ready_only = request.into_inner().ready;
+    fn index(&self, token: Option<&str>, ready_only: bool) -> Result<RepositoryIndexResponse, Status> {
+        self.access.check_read(token).map_err(|e| status_of(&e))?;
         let models = repository::index(&self.repository)
             .into_iter()
             .filter(|row| !ready_only || row.state == ModelState::Ready)
@@ -272,24 +335,6 @@ impl GrpcInferenceService for Inference {
                 reason: row.reason.unwrap_or_default(),
             })
             .collect();
-        Ok(Response::new(RepositoryIndexResponse { models }))
-    }
-
-    async fn repository_model_load(
-        &self,
-        request: Request<RepositoryModelLoadRequest>,
-    ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
-        self.change(request.metadata(), &request.get_ref().model_name, Change::Load)
-            .await?;
-        Ok(Response::new(RepositoryModelLoadResponse {}))
-    }
-
-    async fn repository_model_unload(
-        &self,
-        request: Request<RepositoryModelUnloadRequest>,
-    ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
-        self.change(request.metadata(), &request.get_ref().model_name, Change::Unload)
-            .await?;
-        Ok(Response::new(RepositoryModelUnloadResponse {}))
+        Ok(RepositoryIndexResponse { models })
     }
 }

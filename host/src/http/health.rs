@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::AppState;
-use crate::api::find_model;
-use crate::protocol::{ModelMetadata, ServerMetadata, TensorMetadata};
+use crate::api::{self, find_model};
+use crate::protocol::ServerMetadata;
 use crate::serving::Model;
 
 pub async fn server_metadata() -> Json<ServerMetadata> {
@@ -36,27 +36,6 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
     (status, Json(serde_json::json!({ "ready": ready }))).into_response()
 }
 
-fn metadata(model: &Model) -> ModelMetadata {
-    let config = &model.config;
-    let describe = |specs: &[crate::model::config::TensorSpec]| {
-        specs
-            .iter()
-            .map(|spec| TensorMetadata {
-                name: spec.name.clone(),
-                datatype: spec.datatype,
-                shape: config.metadata_shape(spec),
-            })
-            .collect()
-    };
-    ModelMetadata {
-        name: config.name.clone(),
-        versions: vec![config.version.clone()],
-        platform: "tensorplug_wasm".into(),
-        inputs: describe(&config.inputs),
-        outputs: describe(&config.outputs),
-    }
-}
-
 /// The `{model}` and optional `{version}` segments of a model route.
 #[derive(serde::Deserialize)]
 pub struct ModelPath {
@@ -66,14 +45,28 @@ pub struct ModelPath {
 
 pub async fn model_metadata(State(state): State<Arc<AppState>>, Path(path): Path<ModelPath>) -> Response {
     match find_model(&state.repository, &path.model, path.version.as_deref()) {
-        Ok(model) => Json(metadata(&model)).into_response(),
+        Ok(model) => Json(api::model_metadata(&model)).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
+/// `GET /v2/models/{m}/ready`: `{"name", "ready"}`, with 503 while the model loads or the
+/// server drains; 404 for a model or version the server does not serve.
 pub async fn model_ready(State(state): State<Arc<AppState>>, Path(path): Path<ModelPath>) -> Response {
     match find_model(&state.repository, &path.model, path.version.as_deref()) {
-        Ok(model) => Json(serde_json::json!({ "name": model.config.name, "ready": true })).into_response(),
+        Ok(model) => {
+            let ready = state.repository.model_ready(&model.config.name);
+            let status = if ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            (
+                status,
+                Json(serde_json::json!({ "name": model.config.name, "ready": ready })),
+            )
+                .into_response()
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -84,33 +77,51 @@ pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Respo
     super::response::error(StatusCode::NOT_FOUND, &format!("no route {method} {path}"))
 }
 
-/// `GET /v2/models/{m}/stats`: Triton's statistics extension (the counts it defines),
-/// plus tensorplug's own counters under `tensorplug`.
-pub async fn model_stats(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
-    let model = match find_model(&state.repository, &name, None) {
-        Ok(model) => model,
-        Err(e) => return e.into_response(),
-    };
+/// `GET /v2/models/{m}[/versions/{v}]/stats`: Triton's statistics extension (the counts it
+/// defines), plus tensorplug's own counters under `tensorplug`.
+pub async fn model_stats(State(state): State<Arc<AppState>>, Path(path): Path<ModelPath>) -> Response {
+    match find_model(&state.repository, &path.model, path.version.as_deref()) {
+        Ok(model) => Json(serde_json::json!({ "model_stats": [model_statistics(&model)] })).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /v2/models/stats`: the statistics of every model that serves.
+pub async fn all_stats(State(state): State<Arc<AppState>>) -> Response {
+    let stats: Vec<serde_json::Value> = state
+        .repository
+        .index()
+        .iter()
+        .filter_map(|(_, entry)| entry.status.model().map(|model| model_statistics(model)))
+        .collect();
+    Json(serde_json::json!({ "model_stats": stats })).into_response()
+}
+
+fn model_statistics(model: &Model) -> serde_json::Value {
     let stats = model.stats.snapshot();
-    Json(serde_json::json!({
-        "model_stats": [{
-            "name": model.config.name,
-            "version": model.config.version,
-            "inference_count": stats.items,
-            "execution_count": stats.batches,
-            "inference_stats": {
-                "success": {"count": stats.items_ok},
-                "fail": {"count": stats.items_failed},
-            },
-            "tensorplug": {
-                "instances": model.config.limits.instances,
-                "instances_live": stats.instances_live,
-                "batches": stats.batches,
-                "items": stats.items,
-                "items_abandoned": stats.items_abandoned,
-                "traps": stats.traps,
-            },
-        }]
-    }))
-    .into_response()
+    serde_json::json!({
+        "name": model.config.name,
+        "version": model.config.version,
+        "inference_count": stats.items,
+        "execution_count": stats.batches,
+        "inference_stats": {
+            "success": {"count": stats.requests_ok, "ns": stats.requests_ok_ns},
+            "fail": {"count": stats.requests_failed, "ns": stats.requests_failed_ns},
+            "queue": {"count": stats.queue_items, "ns": stats.queue_ns},
+            "compute_infer": {"count": stats.batches, "ns": stats.compute_ns},
+        },
+        "tensorplug": {
+            "items_succeeded": stats.items_ok,
+            "items_failed": stats.items_failed,
+            "instances": model.config.limits.instances,
+            "instances_live": stats.instances_live,
+            "batches": stats.batches,
+            "items": stats.items,
+            "items_abandoned": stats.items_abandoned,
+            "traps": stats.traps,
+            "instance_replacements": stats.replacements,
+            "timeouts": stats.timeouts,
+            "queue_depth": model.queue_depth(),
+        },
+    })
 }

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::body::{check_media, decode, read_body};
 use super::health::ModelPath;
+use super::metrics::Route;
 use super::response::{self, HEADER_CONTENT_LENGTH};
 use super::status::{item_status, status_of};
 use super::AppState;
@@ -17,6 +18,7 @@ use crate::api::{self, ServeError};
 use crate::model::outcome::ItemOutcome;
 use crate::protocol::{clip, encode_multi_status, encode_response, OutputOptions};
 use crate::serving::items::Answer;
+use crate::serving::{Answered, Model, Protocol};
 
 pub async fn infer(
     State(state): State<Arc<AppState>>,
@@ -24,41 +26,44 @@ pub async fn infer(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(state, path.model, path.version, headers, body).await
+    let route = match path.version {
+        Some(_) => super::INFER_VERSION_ROUTE,
+        None => super::INFER_ROUTE,
+    };
+    let response = handle(&state, path.model, path.version, headers, body).await;
+    if let Some(metrics) = &state.metrics {
+        metrics.count("POST", Route::Fixed(route), response.status().as_u16());
+    }
+    response
 }
 
-async fn handle(
-    state: Arc<AppState>,
-    name: String,
-    version: Option<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+async fn handle(state: &AppState, name: String, version: Option<String>, headers: HeaderMap, body: Body) -> Response {
+    let arrived = std::time::Instant::now();
     // A span per request costs even when nothing is printed, so it is a debug span; the
     // lines logged at the default level carry the model (and id) themselves.
     let span =
         tracing::debug_span!("infer", model = %clip(&name), id = tracing::field::Empty, items = tracing::field::Empty);
-    let result = run(&state, &name, version.as_deref(), &headers, body)
-        .instrument(span.clone())
-        .await;
-    match result {
+    let failed = |error: ServeError| {
+        let status = status_of(&error).as_u16();
+        span.in_scope(|| tracing::info!(model = %clip(&name), status, "request failed: {error}"));
+        error.into_response()
+    };
+    let model = match api::find_model(&state.repository, &name, version.as_deref()) {
+        Ok(model) => model,
+        Err(error) => return failed(error),
+    };
+    let response = match run(state, &model, &headers, body).instrument(span.clone()).await {
         Ok(response) => response,
-        Err(error) => {
-            let status = status_of(&error).as_u16();
-            span.in_scope(|| tracing::info!(model = %clip(&name), status, "request failed: {error}"));
-            error.into_response()
-        }
-    }
+        Err(error) => failed(error),
+    };
+    let status = response.status().as_u16();
+    model
+        .stats
+        .record_request(Protocol::Rest, Answered::Http(status), arrived.elapsed());
+    response
 }
 
-async fn run(
-    state: &AppState,
-    name: &str,
-    version: Option<&str>,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, ServeError> {
-    let model = api::find_model(&state.repository, name, version)?;
+async fn run(state: &AppState, model: &Arc<Model>, headers: &HeaderMap, body: Body) -> Result<Response, ServeError> {
     check_media(headers)?;
     let body = read_body(body, headers, state.max_body_bytes).await?;
     let request = decode(body, headers).await?;
@@ -69,7 +74,7 @@ async fn run(
 
     let options = OutputOptions::from_request(&request);
     let id = request.id.clone();
-    let inference = api::infer(&model, request).await?;
+    let inference = api::infer(model, request).await?;
     span.record("items", inference.items);
     let (model_name, model_version) = (model.config.name.clone(), model.config.version.clone());
     let encode = move || encode(&model_name, &model_version, id.as_deref(), inference.answer, &options);

@@ -1,129 +1,222 @@
-//! `GET /metrics`: Prometheus text exposition of every model's counters and of the REST
-//! port's connections.
+//! `GET /metrics`: every metric of the server in the OpenMetrics text format (which
+//! Prometheus scrapes), through prometheus-client; and the REST edge's own: requests by
+//! route and status, and the connection counters.
 
-use std::fmt::Write;
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
-use axum::response::IntoResponse;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
+};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 use super::connections::ConnectionStats;
 use super::AppState;
-use crate::serving::StatsSnapshot;
 
-/// One metric family: name, type, help, and how to read it from a model's counters.
-struct Family {
-    name: &'static str,
-    kind: &'static str,
-    help: &'static str,
-    read: fn(&StatsSnapshot) -> u64,
+/// The content type of the OpenMetrics text format.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The labels of `tensorplug_http_requests_total`; made per request without allocating.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub method: &'static str,
+    pub route: Route,
+    pub status: u16,
 }
 
-const FAMILIES: [Family; 6] = [
-    Family {
-        name: "tensorplug_items_succeeded_total",
-        kind: "counter",
-        help: "Items answered with their outputs.",
-        read: |s| s.items_ok,
-    },
-    Family {
-        name: "tensorplug_items_failed_total",
-        kind: "counter",
-        help: "Items answered with an error (plugin error, trap, contract violation, time limit).",
-        read: |s| s.items_failed,
-    },
-    Family {
-        name: "tensorplug_batches_total",
-        kind: "counter",
-        help: "Batches run through the pipeline.",
-        read: |s| s.batches,
-    },
-    Family {
-        name: "tensorplug_items_abandoned_total",
-        kind: "counter",
-        help: "Items dropped before running because their client had gone.",
-        read: |s| s.items_abandoned,
-    },
-    Family {
-        name: "tensorplug_traps_total",
-        kind: "counter",
-        help: "Plugin calls that trapped; each replaced its instance.",
-        read: |s| s.traps,
-    },
-    Family {
-        name: "tensorplug_instances_live",
-        kind: "gauge",
-        help: "Pipeline instances whose every stage is live.",
-        read: |s| s.instances_live,
-    },
-];
+/// A route's template, exported with `:name` for each parameter
+/// (`/v2/models/:model/infer`): braces inside label values trip up some scrapers' parsers.
+#[derive(Clone, Debug)]
+pub enum Route {
+    /// Shared, not copied, from the router's match.
+    Matched(MatchedPath),
+    /// Named by a handler that knows its route.
+    Fixed(&'static str),
+    Unmatched,
+}
 
-pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let index = state.repository.index();
-    let mut text = String::new();
-    for family in &FAMILIES {
-        let _ = writeln!(
-            text,
-            "# HELP {} {}\n# TYPE {} {}",
-            family.name, family.help, family.name, family.kind
-        );
-        for (name, entry) in &index {
-            if let Some(model) = entry.status.model() {
-                let value = (family.read)(&model.stats.snapshot());
-                let _ = writeln!(
-                    text,
-                    "{}{{model=\"{name}\",version=\"{}\"}} {value}",
-                    family.name, model.config.version
-                );
-            }
+impl Route {
+    fn template(&self) -> &str {
+        match self {
+            Route::Matched(matched) => matched.as_str(),
+            Route::Fixed(template) => template,
+            Route::Unmatched => "unmatched",
         }
     }
-    let _ = writeln!(
-        text,
-        "# HELP tensorplug_model_ready Whether a model has a live version (1) or not (0)."
-    );
-    let _ = writeln!(text, "# TYPE tensorplug_model_ready gauge");
-    for (name, entry) in &index {
-        let ready = u8::from(entry.status.model().is_some());
-        let _ = writeln!(text, "tensorplug_model_ready{{model=\"{name}\"}} {ready}");
-    }
-    write_connections(&mut text, &state.connections);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
-/// The REST port's connection counters (see `http::connections`).
-fn write_connections(text: &mut String, stats: &ConnectionStats) {
-    let single = [
-        (
-            "tensorplug_connections_open",
-            "gauge",
-            "Client connections being served.",
-            stats.open(),
-        ),
-        (
-            "tensorplug_connections_max",
-            "gauge",
-            "Most client connections served at once (--max-connections, lowered to fit the descriptor limit).",
-            stats.max(),
-        ),
-        (
-            "tensorplug_connections_refused_total",
-            "counter",
-            "Connections answered 503 and closed because the connection cap was reached.",
-            stats.refused(),
-        ),
-    ];
-    for (name, kind, help, value) in single {
-        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+impl PartialEq for Route {
+    fn eq(&self, other: &Self) -> bool {
+        self.template() == other.template()
     }
-    let name = "tensorplug_connections_timed_out_total";
-    let _ = writeln!(
-        text,
-        "# HELP {name} Connections closed, or requests answered 408, for overstaying a timeout \
-         (header_read, body_read, idle, or write: a response left unread).\n# TYPE {name} counter"
-    );
-    for (timeout, value) in stats.timed_out() {
-        let _ = writeln!(text, "{name}{{timeout=\"{timeout}\"}} {value}");
+}
+
+impl Eq for Route {}
+
+impl std::hash::Hash for Route {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.template().hash(state);
+    }
+}
+
+impl EncodeLabelValue for Route {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        write_template(self.template(), encoder)
+    }
+}
+
+/// `template` with `{name}` written as `:name`.
+fn write_template(template: &str, out: &mut impl std::fmt::Write) -> std::fmt::Result {
+    for piece in template.split_inclusive(['{', '}']) {
+        out.write_str(piece.trim_end_matches(['{', '}']))?;
+        if piece.ends_with('{') {
+            out.write_str(":")?;
+        }
+    }
+    Ok(())
+}
+
+/// A method's name without a copy (the protocol's routes use only these).
+fn method_name(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::HEAD => "HEAD",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        _ => "OTHER",
+    }
+}
+
+/// The REST edge's metrics, and the registry `/metrics` encodes.
+#[derive(Clone)]
+pub struct HttpMetrics {
+    registry: Arc<Registry>,
+    requests: Family<RouteLabels, Counter>,
+}
+
+impl HttpMetrics {
+    /// Adds the REST edge's metrics to `registry` (which holds the others), and keeps it
+    /// for `/metrics`.
+    pub fn new(mut registry: Registry, connections: Arc<ConnectionStats>) -> Self {
+        let requests = Family::<RouteLabels, Counter>::default();
+        registry.register(
+            "tensorplug_http_requests",
+            "REST requests answered, by method, route and status",
+            requests.clone(),
+        );
+        registry.register_collector(Box::new(ConnectionsCollector(connections)));
+        Self {
+            registry: Arc::new(registry),
+            requests,
+        }
+    }
+
+    /// Counts one answered request.
+    pub fn count(&self, method: &'static str, route: Route, status: u16) {
+        let labels = RouteLabels { method, route, status };
+        self.requests.get_or_create(&labels).inc();
+    }
+}
+
+/// Counts each request by its route (a middleware on the router's routes but inference's).
+pub async fn count_requests(State(metrics): State<HttpMetrics>, request: Request, next: Next) -> Response {
+    let method = method_name(request.method());
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .cloned()
+        .map_or(Route::Unmatched, Route::Matched);
+    let response = next.run(request).await;
+    metrics.count(method, route, response.status().as_u16());
+    response
+}
+
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let Some(metrics) = &state.metrics else {
+        return super::response::error(axum::http::StatusCode::NOT_FOUND, "metrics are off (--metrics off)");
+    };
+    let mut text = String::new();
+    if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &metrics.registry) {
+        return super::response::error(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("encoding the metrics failed: {error}"),
+        );
+    }
+    ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response()
+}
+
+/// The REST port's connection counters (see `http::connections`), read at each scrape.
+#[derive(Debug)]
+struct ConnectionsCollector(Arc<ConnectionStats>);
+
+impl Collector for ConnectionsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let stats = &self.0;
+        let gauges = [
+            (
+                "tensorplug_connections_open",
+                "Client connections being served",
+                stats.open(),
+            ),
+            (
+                "tensorplug_connections_max",
+                "Most client connections served at once (--max-connections, lowered to fit the descriptor limit)",
+                stats.max(),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(metric)?;
+        }
+        let metric = encoder.encode_descriptor(
+            "tensorplug_connections_refused",
+            "Connections answered 503 and closed because the connection cap was reached",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(stats.refused()).encode(metric)?;
+        let mut metric = encoder.encode_descriptor(
+            "tensorplug_connections_timed_out",
+            "Connections closed, or requests answered 408, for overstaying a timeout \
+             (header_read, body_read, idle, or write: a response left unread)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (timeout, value) in stats.timed_out() {
+            ConstCounter::new(value).encode(metric.encode_family(&[("timeout", timeout)])?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_are_written_with_colon_parameters() {
+        let written = |template: &str| {
+            let mut text = String::new();
+            write_template(template, &mut text).unwrap();
+            text
+        };
+        assert_eq!(
+            written("/v2/models/{model}/versions/{version}/infer"),
+            "/v2/models/:model/versions/:version/infer"
+        );
+        assert_eq!(written("/metrics"), "/metrics");
+        assert_eq!(written("unmatched"), "unmatched");
     }
 }

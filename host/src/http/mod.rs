@@ -7,7 +7,7 @@ mod body;
 pub mod connections;
 mod health;
 mod infer;
-mod metrics;
+pub mod metrics;
 mod repository;
 mod response;
 pub mod status;
@@ -28,13 +28,19 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// Who may use `/v2/repository/...`.
     pub repository_access: crate::api::repository::RepositoryAccess,
-    /// The REST port's connection counters, for `GET /metrics`.
-    pub connections: Arc<connections::ConnectionStats>,
+    /// What `GET /metrics` serves, and the REST edge's request counters; None with
+    /// `--metrics off`.
+    pub metrics: Option<metrics::HttpMetrics>,
 }
+
+/// The inference routes: counted by their handler, which knows its route, so that the
+/// hot path goes through no middleware.
+pub const INFER_ROUTE: &str = "/v2/models/{model}/infer";
+pub const INFER_VERSION_ROUTE: &str = "/v2/models/{model}/versions/{version}/infer";
 
 /// The V2 REST routes.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let others = Router::new()
         .route("/v2", get(health::server_metadata))
         .route("/v2/health/live", get(health::live))
         .route("/v2/health/ready", get(health::ready))
@@ -42,13 +48,24 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v2/models/{model}", get(health::model_metadata))
         .route("/v2/models/{model}/versions/{version}", get(health::model_metadata))
         .route("/v2/models/{model}/ready", get(health::model_ready))
+        // Triton's statistics extension; the fixed path wins over a model named `stats`.
+        .route("/v2/models/stats", get(health::all_stats))
         .route("/v2/models/{model}/stats", get(health::model_stats))
+        .route("/v2/models/{model}/versions/{version}/stats", get(health::model_stats))
         .route("/v2/models/{model}/versions/{version}/ready", get(health::model_ready))
         .route("/v2/repository/index", post(repository::index))
         .route("/v2/repository/models/{model}/load", post(repository::load))
-        .route("/v2/repository/models/{model}/unload", post(repository::unload))
-        .route("/v2/models/{model}/infer", post(infer::infer))
-        .route("/v2/models/{model}/versions/{version}/infer", post(infer::infer))
+        .route("/v2/repository/models/{model}/unload", post(repository::unload));
+    // After routing, so that requests are counted by their route's template. (A
+    // middleware costs a few allocations per request: fine here, not on inference.)
+    let others = match &state.metrics {
+        Some(m) => others.route_layer(axum::middleware::from_fn_with_state(m.clone(), metrics::count_requests)),
+        None => others,
+    };
+    Router::new()
+        .route(INFER_ROUTE, post(infer::infer))
+        .route(INFER_VERSION_ROUTE, post(infer::infer))
+        .merge(others)
         .fallback(health::no_route)
         // Failed items are logged where they fail, with their reason; the layer's own
         // failure line would only repeat the status.

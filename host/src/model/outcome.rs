@@ -48,6 +48,11 @@ impl ItemError {
         Self::new(504, message)
     }
 
+    /// Whether it is a time limit's or a deadline's (504).
+    pub fn is_deadline(&self) -> bool {
+        self.status == 504
+    }
+
     /// The model cannot take the item right now (loading, unloading, overloaded).
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(503, message)

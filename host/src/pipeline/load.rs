@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{PipelineInstance, PipelineTemplate};
 use crate::model::config::{ConfigError, ModelConfig, MODEL_FILE};
 use crate::model::StageKind;
-use crate::runtime::{Runtime, RuntimeError, SandboxLimits, StageTag, StageTemplate};
+use crate::runtime::{ModelShared, Runtime, RuntimeError, SandboxLimits, StageTag, StageTemplate};
 
 /// Why a model version could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +25,8 @@ pub struct LoadedModel {
     pub config: ModelConfig,
     /// One initialised pipeline instance per `limits.instances`.
     pub instances: Vec<PipelineInstance>,
+    /// The metrics and metadata its plugins declared (metadata during `init`).
+    pub shared: Arc<ModelShared>,
 }
 
 impl LoadedModel {
@@ -44,12 +46,14 @@ impl LoadedModel {
             init_timeout: config.limits.init_timeout,
         };
         let (model, version): (Arc<str>, Arc<str>) = (config.name.as_str().into(), config.version.as_str().into());
+        let shared = Arc::new(ModelShared::default());
         let (mut preprocess, mut predict, mut postprocess) = (None, None, None);
         for (kind, file) in &config.stages {
             let tag = StageTag {
                 model: model.clone(),
                 version: version.clone(),
                 stage: kind.name(),
+                shared: shared.clone(),
             };
             let stage = StageTemplate::load(runtime, *kind, file, &config.dir, tag, limits, &config.parameters)?;
             let slot = match kind {
@@ -71,7 +75,11 @@ impl LoadedModel {
         let instances = (0..config.limits.instances)
             .map(|_| template.instantiate())
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { config, instances })
+        Ok(Self {
+            config,
+            instances,
+            shared,
+        })
     }
 
     /// The stages, as `preprocess -> predict -> postprocess`.

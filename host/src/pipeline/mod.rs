@@ -31,6 +31,7 @@ pub use bisect::{Audience, Everyone};
 pub use load::{LoadError, LoadedModel};
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bisect::{run_bisected, Indexed};
 use contract::map_items;
@@ -40,6 +41,7 @@ use slot::Slot;
 use crate::model::config::TensorSpec;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
+use crate::model::StageKind;
 use crate::runtime::{RuntimeError, StageInstance, StageTemplate};
 
 /// The compiled stages of one model version; instances are made from it.
@@ -60,6 +62,7 @@ impl PipelineTemplate {
             predict: slot(&self.predict)?,
             postprocess: self.postprocess.as_ref().map(slot).transpose()?,
             template: self.clone(),
+            last_run: Vec::new(),
         })
     }
 }
@@ -70,9 +73,16 @@ pub struct PipelineInstance {
     preprocess: Option<Slot>,
     predict: Slot,
     postprocess: Option<Slot>,
+    /// How long each stage took in the last run (replacements and bisection included).
+    last_run: Vec<(StageKind, Duration)>,
 }
 
 impl PipelineInstance {
+    /// The time each stage that ran took in the last [`Self::run`].
+    pub fn stage_times(&self) -> &[(StageKind, Duration)] {
+        &self.last_run
+    }
+
     /// Traps seen by this instance's stages so far.
     pub fn traps(&self) -> u64 {
         let optional = |slot: &Option<Slot>| slot.as_ref().map_or(0, Slot::traps);
@@ -95,6 +105,7 @@ impl PipelineInstance {
     /// tells which items are still wanted (checked before every call) and which request
     /// each belongs to.
     pub fn run(&mut self, items: Vec<Item>, audience: &dyn Audience) -> Vec<ItemOutcome> {
+        self.last_run.clear();
         let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; items.len()];
         let mut alive: Vec<Indexed> = items.into_iter().enumerate().collect();
 
@@ -102,18 +113,27 @@ impl PipelineInstance {
         // call, so that a violation is bisected down to the items that cause it.
         let declared = self.template.outputs.as_slice();
         let last_is_predict = self.postprocess.is_none();
+        let times = &mut self.last_run;
         if let Some(slot) = self.preprocess.as_mut() {
+            let started = Instant::now();
             let call = |instance: &mut StageInstance, items: &[Indexed]| map_items(instance, items, &[]);
             alive = settle(&mut outcomes, run_bisected(slot, alive, audience, &call));
+            times.push((StageKind::Preprocess, started.elapsed()));
         }
         let predict_declared = if last_is_predict { declared } else { &[] };
-        alive = settle(
-            &mut outcomes,
-            run_predict(&mut self.predict, alive, audience, predict_declared),
-        );
-        if let Some(slot) = self.postprocess.as_mut() {
+        if !alive.is_empty() {
+            let started = Instant::now();
+            alive = settle(
+                &mut outcomes,
+                run_predict(&mut self.predict, alive, audience, predict_declared),
+            );
+            times.push((StageKind::Predict, started.elapsed()));
+        }
+        if let (Some(slot), false) = (self.postprocess.as_mut(), alive.is_empty()) {
+            let started = Instant::now();
             let call = |instance: &mut StageInstance, items: &[Indexed]| map_items(instance, items, declared);
             alive = settle(&mut outcomes, run_bisected(slot, alive, audience, &call));
+            times.push((StageKind::Postprocess, started.elapsed()));
         }
         for (index, item) in alive {
             outcomes[index] = Some(Ok(item));

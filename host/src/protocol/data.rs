@@ -32,6 +32,9 @@ pub(crate) struct DataState {
     bytes: Vec<u8>,
     count: u64,
     fault: Option<DataFault>,
+    /// Read `null` as NaN in float data: answers write non-finite floats as `null`
+    /// (see [`super::tensor_json`]); requests never may.
+    null_is_nan: bool,
 }
 
 impl DataState {
@@ -46,6 +49,16 @@ impl DataState {
             bytes: Vec::with_capacity(capacity),
             count: 0,
             fault: None,
+            null_is_nan: false,
+        }
+    }
+
+    /// An empty buffer for the `data` of an answer's output, where `null` stands for a
+    /// non-finite float (NaN: which one was lost when the answer was written).
+    pub(crate) fn for_answer(datatype: DataType) -> DataState {
+        DataState {
+            null_is_nan: true,
+            ..DataState::new(datatype, 0)
         }
     }
 
@@ -220,7 +233,18 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
     }
 
     fn visit_unit<E>(self) -> Result<(), E> {
-        self.0.wrong_type(String::from("null"));
+        let float = matches!(self.0.datatype, DataType::Fp16 | DataType::Fp32 | DataType::Fp64);
+        if self.0.null_is_nan && float {
+            let nan = match self.0.datatype {
+                DataType::Fp16 => f16::NAN.to_le_bytes().to_vec(),
+                DataType::Fp32 => f32::NAN.to_le_bytes().to_vec(),
+                _ => f64::NAN.to_le_bytes().to_vec(),
+            };
+            self.0.bytes.extend_from_slice(&nan);
+            self.0.count += 1;
+        } else {
+            self.0.wrong_type(String::from("null"));
+        }
         Ok(())
     }
 }

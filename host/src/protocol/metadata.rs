@@ -1,6 +1,8 @@
 //! Server and model metadata bodies (`GET /v2`, `GET /v2/models/{m}[/versions/{v}]`):
 //! plain structs the caller fills, serialized as the V2 protocol spells them.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::model::tensor::DataType;
@@ -13,7 +15,8 @@ pub struct ServerMetadata {
     pub extensions: Vec<String>,
 }
 
-/// `GET /v2/models/{m}`: `{"name", "versions", "platform", "inputs", "outputs"}`.
+/// `GET /v2/models/{m}`: `{"name", "versions", "platform", "inputs", "outputs"}`, and
+/// `parameters` (as MLServer adds them) when the model's plugins declared metadata.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelMetadata {
     pub name: String,
@@ -21,6 +24,8 @@ pub struct ModelMetadata {
     pub platform: String,
     pub inputs: Vec<TensorMetadata>,
     pub outputs: Vec<TensorMetadata>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parameters: BTreeMap<String, String>,
 }
 
 /// One declared input or output; `-1` in `shape` marks a variable-size dimension.
@@ -61,6 +66,7 @@ mod tests {
                 datatype: DataType::Int64,
                 shape: vec![-1],
             }],
+            parameters: BTreeMap::new(),
         };
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(
@@ -68,6 +74,12 @@ mod tests {
             r#"{"name":"digits","versions":["1"],"platform":"tensorplug_wasm","inputs":[{"name":"input-0","datatype":"FP32","shape":[-1,64]}],"outputs":[{"name":"label","datatype":"INT64","shape":[-1]}]}"#
         );
         assert_eq!(serde_json::from_str::<ModelMetadata>(&json).unwrap(), m);
+        let declared = ModelMetadata {
+            parameters: BTreeMap::from([("labels".to_string(), "a,b".to_string())]),
+            ..m
+        };
+        let json = serde_json::to_string(&declared).unwrap();
+        assert!(json.ends_with(r#""parameters":{"labels":"a,b"}}"#), "{json}");
     }
 
     #[test]

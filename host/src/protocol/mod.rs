@@ -8,12 +8,16 @@
 //! - [`InferRequest::from_parts`]: a request another wire format (gRPC) has taken apart
 //!   → the same validated [`InferRequest`], under the same caps.
 //! - [`ServerMetadata`], [`ModelMetadata`]: metadata bodies.
+//! - [`client`]: the client's side, for `tensorplug infer`: request bodies out
+//!   ([`client::encode_request`]), answer bodies in ([`client::decode_answer`]); and
+//!   [`AnswerHead`], for answers that carry `parameters` and a status in their body.
 //!
-//! Layout: `error` (the error type), `limits` (caps on a request's contents),
+//! Layout: `client` (the client's side), `error` (the error type), `limits` (caps on a request's contents),
 //! `parameters` (typed `parameters` objects), `parse` (streaming JSON structure), `data` (JSON
 //! `data` → tensor bytes), `request` (validation, binary data), `tensor_json` (one output
 //! as JSON), `response` (response bodies), `metadata`.
 
+pub mod client;
 mod data;
 mod error;
 pub mod limits;
@@ -30,4 +34,7 @@ pub use metadata::{ModelMetadata, ServerMetadata, TensorMetadata};
 pub use parameters::{ParameterValue, Parameters};
 pub use parts::{InputData, InputParts, OutputParts, RequestParts};
 pub use request::{decode_request, InferRequest, RequestedOutput};
-pub use response::{encode_error, encode_multi_status, encode_response, EncodedResponse, OutputOptions};
+pub use response::{
+    encode_error, encode_error_with, encode_multi_status, encode_multi_status_with, encode_response,
+    encode_response_with, AnswerHead, EncodedResponse, OutputOptions,
+};

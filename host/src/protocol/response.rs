@@ -9,6 +9,7 @@
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
+use super::parameters::Parameters;
 use super::request::InferRequest;
 use super::tensor_json::JsonOutput;
 use crate::model::outcome::ItemOutcome;
@@ -87,12 +88,50 @@ pub struct EncodedResponse {
     pub json_header_len: Option<usize>,
 }
 
+/// What an answer body says besides its outputs or error: the model, the request's id,
+/// and, for answers that carry them, `parameters` and a `status`.
+///
+/// REST answers have no `parameters` and give their status in the status line; batch
+/// answer lines (`tensorplug infer`) carry both in the body, since a line has nowhere else
+/// to put them.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct AnswerHead<'a> {
+    pub model_name: &'a str,
+    pub model_version: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<&'a str>,
+    /// Written when not empty.
+    #[serde(skip_serializing_if = "is_empty")]
+    pub parameters: &'a Parameters,
+    /// Written when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+}
+
+fn is_empty(parameters: &&Parameters) -> bool {
+    parameters.is_empty()
+}
+
+/// No parameters.
+static NO_PARAMETERS: Parameters = Parameters(Vec::new());
+
+impl<'a> AnswerHead<'a> {
+    /// A head with no parameters and no status, as REST answers have.
+    pub fn plain(model_name: &'a str, model_version: &'a str, id: Option<&'a str>) -> Self {
+        AnswerHead {
+            model_name,
+            model_version,
+            id,
+            parameters: &NO_PARAMETERS,
+            status: None,
+        }
+    }
+}
+
 #[derive(serde::Serialize)]
 struct ResponseJson<'a> {
-    model_name: &'a str,
-    model_version: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<&'a str>,
+    #[serde(flatten)]
+    head: &'a AnswerHead<'a>,
     outputs: Vec<JsonOutput<'a>>,
 }
 
@@ -109,11 +148,14 @@ pub fn encode_response(
     outputs: &[Tensor],
     options: &OutputOptions,
 ) -> EncodedResponse {
+    encode_response_with(&AnswerHead::plain(model_name, model_version, id), outputs, options)
+}
+
+/// [`encode_response`] with the head's `parameters` and `status` written too.
+pub fn encode_response_with(head: &AnswerHead<'_>, outputs: &[Tensor], options: &OutputOptions) -> EncodedResponse {
     let selected = options.select(outputs);
     let json = ResponseJson {
-        model_name,
-        model_version,
-        id,
+        head,
         outputs: selected
             .iter()
             .map(|&(tensor, binary)| JsonOutput {
@@ -144,10 +186,8 @@ pub fn encode_response(
 
 #[derive(serde::Serialize)]
 struct MultiStatusJson<'a> {
-    model_name: &'a str,
-    model_version: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<&'a str>,
+    #[serde(flatten)]
+    head: &'a AnswerHead<'a>,
     /// A summary for V2 clients that look for an `error` key in any answer that is not a
     /// plain success (tritonclient does); the per-item outcomes are in `results`.
     error: String,
@@ -191,11 +231,14 @@ pub fn encode_multi_status(
     id: Option<&str>,
     results: &[ItemOutcome],
 ) -> Vec<u8> {
+    encode_multi_status_with(&AnswerHead::plain(model_name, model_version, id), results)
+}
+
+/// [`encode_multi_status`] with the head's `parameters` and `status` written too.
+pub fn encode_multi_status_with(head: &AnswerHead<'_>, results: &[ItemOutcome]) -> Vec<u8> {
     let failed = results.iter().filter(|r| r.is_err()).count();
     to_json(&MultiStatusJson {
-        model_name,
-        model_version,
-        id,
+        head,
         error: format!(
             "{failed} of {} items failed; each item's status is in \"results\"",
             results.len()
@@ -211,6 +254,18 @@ pub fn encode_error(message: &str) -> Vec<u8> {
         error: &'a str,
     }
     to_json(&ErrorJson { error: message })
+}
+
+/// A failure with its head: `{"model_name", "model_version", "id", "parameters",
+/// "status", "error"}` (a batch answer line for a failed request).
+pub fn encode_error_with(head: &AnswerHead<'_>, message: &str) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct ErrorJson<'a> {
+        #[serde(flatten)]
+        head: &'a AnswerHead<'a>,
+        error: &'a str,
+    }
+    to_json(&ErrorJson { head, error: message })
 }
 
 /// Serializes a body. Our `Serialize` impls cannot fail (string keys, no custom errors),

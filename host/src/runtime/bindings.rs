@@ -1,8 +1,8 @@
 //! Host bindings generated from the WIT contract in `wit/` at the repository root.
 //!
-//! The three worlds share the `types` and `log` interfaces; they are generated once (with
+//! The three worlds share the `types`, `log`, `metrics` and `metadata` interfaces; they are generated once (with
 //! the predictor) and reused by the other two, so a `Tensor` is the same Rust type in
-//! every stage and one `log` implementation serves all of them.
+//! every stage and one implementation of each import serves all of them.
 //!
 //! Exports are async: every call is driven to its deadline by [`super::deadline`], so a
 //! plugin parked in a host call (async WASI) can be dropped at its deadline.
@@ -25,6 +25,8 @@ pub mod preprocessor {
         with: {
             "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
             "tensorplug:plugin/log": crate::runtime::bindings::predictor::tensorplug::plugin::log,
+            "tensorplug:plugin/metrics": crate::runtime::bindings::predictor::tensorplug::plugin::metrics,
+            "tensorplug:plugin/metadata": crate::runtime::bindings::predictor::tensorplug::plugin::metadata,
         },
     });
 }
@@ -37,9 +39,11 @@ pub mod postprocessor {
         with: {
             "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
             "tensorplug:plugin/log": crate::runtime::bindings::predictor::tensorplug::plugin::log,
+            "tensorplug:plugin/metrics": crate::runtime::bindings::predictor::tensorplug::plugin::metrics,
+            "tensorplug:plugin/metadata": crate::runtime::bindings::predictor::tensorplug::plugin::metadata,
         },
     });
 }
 
-pub use predictor::tensorplug::plugin::log;
 pub use predictor::tensorplug::plugin::types;
+pub use predictor::tensorplug::plugin::{log, metadata, metrics};

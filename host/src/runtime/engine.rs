@@ -11,7 +11,7 @@ use wasmtime::component::{HasSelf, Linker};
 
 use wasmtime::{Cache, CacheConfig, Config, Engine, WasmBacktraceDetails};
 
-use super::bindings::log;
+use super::bindings::{log, metadata, metrics};
 use super::store::StoreState;
 use super::RuntimeError;
 
@@ -53,6 +53,10 @@ impl Runtime {
             .map_err(|e| RuntimeError::Engine(format!("linking WASI: {e:#}")))?;
         log::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
             .map_err(|e| RuntimeError::Engine(format!("linking log: {e:#}")))?;
+        metrics::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
+            .map_err(|e| RuntimeError::Engine(format!("linking metrics: {e:#}")))?;
+        metadata::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
+            .map_err(|e| RuntimeError::Engine(format!("linking metadata: {e:#}")))?;
 
         let ticker = Ticker::start(engine.clone())?;
         Ok(Self {

@@ -9,10 +9,13 @@ mod convert;
 mod deadline;
 mod engine;
 mod output;
+pub mod plugin_metrics;
+mod shared;
 mod stage;
 mod store;
 
 pub use engine::{Runtime, EPOCH_TICK};
+pub use shared::ModelShared;
 pub use stage::{Prediction, StageInstance, StageTemplate, Trapped};
 pub use store::{SandboxLimits, StageTag, MODEL_DIR_GUEST_PATH};
 

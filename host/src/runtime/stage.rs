@@ -164,11 +164,14 @@ impl StageTemplate {
         log_output(store.data().tag(), &output);
         let timeout_ms = self.limits.init_timeout.as_millis();
         match started {
-            Ok(Ok((exports, Ok(())))) => Ok(StageInstance {
-                template: self.clone(),
-                store,
-                exports,
-            }),
+            Ok(Ok((exports, Ok(())))) => {
+                store.data_mut().finish_init();
+                Ok(StageInstance {
+                    template: self.clone(),
+                    store,
+                    exports,
+                })
+            }
             Ok(Ok((_, Err(message)))) => Err(init_error(format!("init failed: {message}"))),
             Ok(Err(error)) => {
                 let trapped = describe_trap(self.kind, &error, &output, timeout_ms);

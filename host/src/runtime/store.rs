@@ -14,8 +14,10 @@ use std::sync::Arc;
 use wasmtime::{Engine, Store};
 use wasmtime_wasi::{FsPerms, ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::log;
+use super::bindings::{log, metadata, metrics};
 use super::output::CapturedOutput;
+use super::plugin_metrics::Update;
+use super::shared::ModelShared;
 use super::RuntimeError;
 
 /// Where in the guest's filesystem the model folder appears.
@@ -24,12 +26,14 @@ pub const MODEL_DIR_GUEST_PATH: &str = "/model";
 /// How much guest output is kept between two drains.
 const CAPTURED_OUTPUT_BYTES: usize = 64 * 1024;
 
-/// Names that tag everything a stage instance logs.
+/// Who a stage instance is (the names that tag everything it logs), and the state it
+/// shares with the other instances of its model version.
 #[derive(Clone, Debug)]
 pub struct StageTag {
     pub model: Arc<str>,
     pub version: Arc<str>,
     pub stage: &'static str,
+    pub shared: Arc<ModelShared>,
 }
 
 /// The limits one stage instance runs under.
@@ -118,6 +122,8 @@ pub struct StoreState {
     output: CapturedOutput,
     tag: StageTag,
     log_budget: LogBudget,
+    /// Set once `init` has returned: metadata can be declared only before.
+    initialised: bool,
 }
 
 impl StoreState {
@@ -128,6 +134,11 @@ impl StoreState {
 
     pub fn tag(&self) -> &StageTag {
         &self.tag
+    }
+
+    /// Marks `init` as done.
+    pub fn finish_init(&mut self) {
+        self.initialised = true;
     }
 
     /// Starts a call's log budget afresh; returns how many lines the last call had
@@ -156,7 +167,9 @@ impl log::Host for StoreState {
         budget.lines += 1;
         budget.bytes += message.len().min(MAX_LOG_MESSAGE_BYTES);
         let message = truncate_at_char(&message, MAX_LOG_MESSAGE_BYTES);
-        let StageTag { model, version, stage } = &self.tag;
+        let StageTag {
+            model, version, stage, ..
+        } = &self.tag;
         let (model, version) = (&**model, &**version);
         match level {
             log::Level::Trace => tracing::trace!(model, version, stage, "{message}"),
@@ -165,6 +178,39 @@ impl log::Host for StoreState {
             log::Level::Warn => tracing::warn!(model, version, stage, "{message}"),
             log::Level::Error => tracing::error!(model, version, stage, "{message}"),
         }
+    }
+}
+
+impl metrics::Host for StoreState {
+    fn counter_add(&mut self, name: String, labels: Vec<metrics::Label>, value: f64) -> Result<(), String> {
+        self.update_metric(name, labels, Update::CounterAdd(value))
+    }
+
+    fn gauge_set(&mut self, name: String, labels: Vec<metrics::Label>, value: f64) -> Result<(), String> {
+        self.update_metric(name, labels, Update::GaugeSet(value))
+    }
+
+    fn histogram_observe(&mut self, name: String, labels: Vec<metrics::Label>, value: f64) -> Result<(), String> {
+        self.update_metric(name, labels, Update::HistogramObserve(value))
+    }
+}
+
+impl StoreState {
+    fn update_metric(&self, name: String, labels: Vec<metrics::Label>, update: Update) -> Result<(), String> {
+        let labels = labels.into_iter().map(|l| (l.name, l.value)).collect();
+        self.tag.shared.metrics.update(&name, labels, update)
+    }
+}
+
+impl metadata::Host for StoreState {
+    fn declare(&mut self, key: String, value: String) -> Result<(), String> {
+        if self.initialised {
+            return Err(format!(
+                "metadata '{}' declared after init: metadata can only be declared during init",
+                crate::model::text::clip(&key)
+            ));
+        }
+        self.tag.shared.declare_metadata(&key, value)
     }
 }
 
@@ -217,6 +263,7 @@ pub fn new_store(
         output,
         tag,
         log_budget: LogBudget::default(),
+        initialised: false,
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limits);

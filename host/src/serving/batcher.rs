@@ -30,6 +30,8 @@ pub struct QueuedItem {
     pub request: u64,
     /// When its request stops waiting.
     pub deadline: Instant,
+    /// When it was queued.
+    pub queued_at: Instant,
     /// Holds the item's place in the bounded queue until it is dispatched (dropped
     /// with the rest of the item when it leaves the queue).
     _admission: OwnedSemaphorePermit,
@@ -91,6 +93,11 @@ impl BatcherHandle {
         }
     }
 
+    /// Items waiting in the queue now.
+    pub fn queued(&self) -> usize {
+        self.capacity.saturating_sub(self.admission.available_permits())
+    }
+
     /// Queues every item of one request, or none of them; the request stops waiting at
     /// `deadline`.
     pub fn submit(
@@ -110,6 +117,7 @@ impl BatcherHandle {
             .try_acquire_many_owned(count)
             .map_err(|_| full())?;
         let mut receivers = Vec::with_capacity(items.len());
+        let queued_at = Instant::now();
         for item in items {
             let (reply, receiver) = oneshot::channel();
             // `split(1)` hands each item its own place; it only fails when none are left,
@@ -121,6 +129,7 @@ impl BatcherHandle {
                     reply,
                     request,
                     deadline,
+                    queued_at,
                     _admission: admission,
                 })
                 .map_err(|_| SubmitError::Closed {
@@ -163,6 +172,9 @@ async fn run_queue(
         }
         if batch.is_empty() {
             continue;
+        }
+        for queued in &batch {
+            stats.record_queue_wait(now.saturating_duration_since(queued.queued_at));
         }
         let items = batch
             .into_iter()

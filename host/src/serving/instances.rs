@@ -97,8 +97,7 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
                 job_item.item
             })
             .collect();
-        stats.batches.fetch_add(1, Ordering::Relaxed);
-        stats.items.fetch_add(items.len() as u64, Ordering::Relaxed);
+        let started = std::time::Instant::now();
         let traps_before = pipeline.traps();
         let count = items.len();
         // The host must survive everything; a panic here is a host bug, but it must cost
@@ -113,6 +112,7 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
             Err(panic) => {
                 let message = panic_text(panic.as_ref());
                 tracing::error!("pipeline panicked: {message}");
+                stats.replacements.fetch_add(1, Ordering::Relaxed);
                 match pipeline.fresh() {
                     Ok(fresh) => pipeline = fresh,
                     Err(e) => tracing::error!("cannot rebuild the pipeline instance: {e}"),
@@ -125,11 +125,13 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
                 ]
             }
         };
+        stats.record_batch(count, started.elapsed(), pipeline.stage_times());
         let dropped = audience.dropped.borrow().iter().filter(|d| **d).count();
         stats.items_abandoned.fetch_add(dropped as u64, Ordering::Relaxed);
-        stats
-            .traps
-            .fetch_add(pipeline.traps() - traps_before, Ordering::Relaxed);
+        // A trapped instance is replaced at once: one replacement per trap.
+        let trapped = pipeline.traps().saturating_sub(traps_before);
+        stats.traps.fetch_add(trapped, Ordering::Relaxed);
+        stats.replacements.fetch_add(trapped, Ordering::Relaxed);
         if whole != pipeline.is_whole() {
             whole = pipeline.is_whole();
             if whole {

@@ -3,8 +3,10 @@
 //! request's tensors and its items.
 
 mod batcher;
+mod histogram;
 mod instances;
 pub mod items;
+pub mod metrics;
 mod model;
 mod repository;
 mod stats;
@@ -14,5 +16,5 @@ pub use batcher::SubmitError;
 pub use instances::Completion;
 pub use model::{LoadError, Model};
 pub use repository::{Entry, ModelState, ModelStatus, Repository, RepositoryError};
-pub use stats::{ModelStats, StatsSnapshot};
+pub use stats::{grpc_code_name, Answered, ModelStats, Protocol, StatsSnapshot};
 pub use watch::{watch, RepositoryWatch};

@@ -13,6 +13,7 @@ use crate::model::config::ModelConfig;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
 use crate::pipeline::LoadedModel;
+use crate::runtime::ModelShared;
 
 /// Why a model version could not be loaded and started.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +28,8 @@ pub enum LoadError {
 pub struct Model {
     pub config: ModelConfig,
     pub stats: Arc<ModelStats>,
+    /// The metrics and metadata its plugins declared.
+    pub shared: Arc<ModelShared>,
     batcher: BatcherHandle,
     completion: Completion,
 }
@@ -34,10 +37,15 @@ pub struct Model {
 impl Model {
     /// Starts serving a loaded model: one thread per instance and the batcher task, on
     /// the current tokio runtime. The threads exit by themselves once the model is
-    /// dropped and its queue is drained.
-    pub fn start(loaded: LoadedModel) -> Result<Self, LoadError> {
-        let LoadedModel { config, instances } = loaded;
-        let stats = Arc::new(ModelStats::default());
+    /// dropped and its queue is drained. `histograms`: whether to keep latency
+    /// histograms (metrics on).
+    pub fn start(loaded: LoadedModel, histograms: bool) -> Result<Self, LoadError> {
+        let LoadedModel {
+            config,
+            instances,
+            shared,
+        } = loaded;
+        let stats = Arc::new(ModelStats::new(histograms));
         let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
         let completion = spawn_workers(&config.name, instances, jobs_rx, stats.clone()).map_err(LoadError::Threads)?;
         let policy = BatchPolicy {
@@ -50,6 +58,7 @@ impl Model {
         Ok(Self {
             config,
             stats,
+            shared,
             batcher,
             completion,
         })
@@ -69,9 +78,17 @@ impl Model {
                     timeout.as_micros()
                 ))),
             };
+            if outcome.as_ref().is_err_and(ItemError::is_deadline) {
+                self.stats.timeouts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             outcomes.push(outcome);
         }
         Ok(outcomes)
+    }
+
+    /// Items waiting in this version's queue now.
+    pub fn queue_depth(&self) -> usize {
+        self.batcher.queued()
     }
 
     /// Resolves once this version's queue is drained and its instance threads have

@@ -12,6 +12,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 use super::model::{LoadError, Model};
 use crate::model::config::{is_valid_model_name, MODEL_FILE};
@@ -123,11 +126,30 @@ pub enum RepositoryError {
     },
 }
 
+/// The labels of `tensorplug_model_loads_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LoadLabels {
+    pub model: String,
+    /// `load` (no version was serving) or `reload` (one was, and serves on if this fails).
+    pub kind: &'static str,
+    /// `ready` or `failed`.
+    pub outcome: &'static str,
+}
+
 /// Every model the server knows, by name.
 pub struct Repository {
     root: PathBuf,
     runtime: Runtime,
     entries: ArcSwap<BTreeMap<String, Entry>>,
+    /// Whether models keep latency histograms (metrics on).
+    histograms: bool,
+    /// Loads and reloads by model and outcome.
+    pub loads: Family<LoadLabels, Counter>,
+    /// Set when the server starts to drain: nothing is ready any more.
+    draining: std::sync::atomic::AtomicBool,
+    /// Bumped on every change of a model's state (and at drain), for those who follow
+    /// readiness (the gRPC health service) without polling.
+    changes: tokio::sync::watch::Sender<u64>,
     /// One change at a time per model (the watcher and the API may ask for the same
     /// model at once); different models load side by side.
     model_locks: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -137,12 +159,17 @@ pub struct Repository {
 }
 
 impl Repository {
-    /// A repository over `root` with nothing loaded yet.
-    pub fn new(root: &Path, runtime: Runtime) -> Self {
+    /// A repository over `root` with nothing loaded yet; its models keep latency
+    /// histograms if `histograms`.
+    pub fn new(root: &Path, runtime: Runtime, histograms: bool) -> Self {
         Self {
             root: root.to_path_buf(),
             runtime,
             entries: ArcSwap::from_pointee(BTreeMap::new()),
+            histograms,
+            loads: Family::default(),
+            draining: std::sync::atomic::AtomicBool::new(false),
+            changes: tokio::sync::watch::Sender::new(0),
             model_locks: std::sync::Mutex::new(BTreeMap::new()),
             load_slots: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4)),
@@ -224,6 +251,7 @@ impl Repository {
         });
         let runtime = self.runtime.clone();
         let started = Instant::now();
+        let kind = if self.get(name).is_some() { "reload" } else { "load" };
         let slot = self.load_slots.clone().acquire_owned().await;
         // Compiling and running plugins' init blocks: off the async workers. The slot is
         // given back when the load ends, even if nobody waits for it any more.
@@ -233,7 +261,18 @@ impl Repository {
         })
         .await
         .unwrap_or_else(|e| Err(RuntimeError::Sandbox(format!("loading panicked: {e}")).into()));
-        let loaded = loaded.map_err(LoadError::from).and_then(Model::start);
+        let histograms = self.histograms;
+        let loaded = loaded
+            .map_err(LoadError::from)
+            .and_then(|loaded| Model::start(loaded, histograms));
+        let outcome = if loaded.is_ok() { "ready" } else { "failed" };
+        self.loads
+            .get_or_create(&LoadLabels {
+                model: name.to_owned(),
+                kind,
+                outcome,
+            })
+            .inc();
         match loaded {
             Ok(model) => {
                 tracing::info!(
@@ -324,6 +363,7 @@ impl Repository {
                 entries.remove(name);
                 entries
             });
+            self.changed();
             tracing::info!(model = name, "model folder removed; model unloaded");
         }
     }
@@ -344,6 +384,29 @@ impl Repository {
             entries.insert(name.to_string(), entry);
             entries
         });
+        self.changed();
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|generation| *generation += 1);
+    }
+
+    /// Follows changes of any model's state (and the start of the drain): the receiver
+    /// sees a new value after each.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Stops calling anything ready: the server is about to drain. Requests already
+    /// admitted still finish.
+    pub fn begin_drain(&self) {
+        self.draining.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.changed();
+    }
+
+    /// Whether the server is draining.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Where a model stands, if the repository knows it.
@@ -365,17 +428,25 @@ impl Repository {
             .collect()
     }
 
-    /// Whether every known model has a live version (and no load is under way for a
-    /// model without one).
+    /// Whether the server is ready: not draining, and every model it should serve has a
+    /// live version (none is loading for the first time, none failed without one).
+    /// Models unloaded on purpose do not count.
     pub fn all_ready(&self) -> bool {
-        self.entries.load().values().all(|e| e.status.counts_as_ready())
+        !self.is_draining() && self.entries.load().values().all(|e| e.status.counts_as_ready())
+    }
+
+    /// Whether `name` serves a version and the server is not draining.
+    pub fn model_ready(&self, name: &str) -> bool {
+        !self.is_draining() && self.get(name).is_some()
     }
 
     /// Takes every model out of service and waits, until `deadline` at the latest, for
     /// their queued and running items to be answered and their instance threads to
     /// exit. Returns whether everything finished in time.
     pub async fn drain(&self, deadline: tokio::time::Instant) -> bool {
+        self.begin_drain();
         let entries = self.entries.swap(Arc::new(BTreeMap::new()));
+        self.changed();
         let models: Vec<Arc<Model>> = entries.values().filter_map(|e| e.status.model().cloned()).collect();
         drop(entries);
         // In-flight requests hold their own `Arc<Model>`; once the last one is answered
@@ -391,5 +462,33 @@ impl Repository {
 async fn futures_join_all(completions: Vec<super::instances::Completion>) {
     for completion in completions {
         completion.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn nothing_is_ready_once_the_drain_begins_and_followers_hear_of_it() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let runtime = Runtime::new(None).expect("runtime");
+        let repository = Repository::new(folder.path(), runtime, true);
+        let mut changes = repository.changes();
+        assert!(repository.all_ready(), "nothing to load: ready");
+        repository.expect(&["m".to_owned()]);
+        assert!(changes.has_changed().expect("sender alive"));
+        changes.mark_unchanged();
+        assert!(!repository.all_ready(), "a model still loading");
+        repository.update("m", |_| Entry {
+            status: ModelStatus::Unloaded,
+            attempted: None,
+        });
+        assert!(repository.all_ready(), "unloaded on purpose does not count");
+        changes.mark_unchanged();
+        repository.begin_drain();
+        assert!(changes.has_changed().expect("sender alive"));
+        assert!(!repository.all_ready());
+        assert!(!repository.model_ready("m"));
     }
 }

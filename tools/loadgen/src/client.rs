@@ -1,4 +1,4 @@
-//! One simulated client: a single keep-alive HTTP/1.1 connection on which requests go
+//! One simulated REST client: a single keep-alive HTTP/1.1 connection on which requests go
 //! back to back (a closed loop: the next request leaves when the previous answer has been
 //! read in full).
 //!

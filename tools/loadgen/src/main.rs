@@ -1,28 +1,40 @@
-//! `tensorplug-loadgen`: a small closed-loop HTTP/1.1 load generator for benchmarking
-//! tensorplug over loopback.
+//! `tensorplug-loadgen`: a small closed-loop load generator for benchmarking tensorplug
+//! over loopback, speaking REST (HTTP/1.1) or gRPC (HTTP/2).
 //!
 //! `--concurrency N` clients each hold one keep-alive connection (TCP_NODELAY) and send
 //! requests back to back: the next leaves as soon as the previous answer has been read in
 //! full. Requests that start during `--warmup` are sent but not counted; then requests
 //! start for `--duration`, and the ones in flight at the end are waited for and counted.
 //!
-//! With `--body-file`, every line of the file (JSONL, e.g. one V2 inference request per
-//! line) is a request body, POSTed in rotation (client `i` starts at line `i`); without it
-//! the requests are GETs. Bodies are read and kept as `Bytes` once, before the run.
+//! REST (`--protocol rest`, the default; client.rs): with `--body-file`, every line of
+//! the file (JSONL, e.g. one V2 inference request per line) is a request body, POSTed in
+//! rotation (client `i` starts at line `i`); without it the requests are GETs. Bodies are
+//! read and kept as `Bytes` once, before the run. A 2xx answer is a success.
 //!
-//! Latency is from just before a request is written to the end of its answer's body, in
-//! microseconds, for every request that got an HTTP answer. A 2xx answer is a success;
-//! any other status, a transport error or a time-out (`--timeout`) is an error, and the
-//! first error's text is reported. Only loopback addresses are accepted as targets.
+//! gRPC (`--protocol grpc` or `grpc-raw`; grpc.rs): the URL is the server's
+//! (`http://127.0.0.1:8081`), `--model` names the model, and every line of `--body-file`
+//! (a V2 JSON inference request) is converted once, before the run, into a
+//! `ModelInferRequest` (convert.rs) with typed `contents` (`grpc`) or
+//! `raw_input_contents` (`grpc-raw`), sent with `ModelInfer` in rotation. Each client has
+//! its own channel (one HTTP/2 connection). A status other than OK is an error.
+//!
+//! Latency is from just before a request is written to the end of its answer, in
+//! microseconds, for every request that got an answer. Any other answer, a transport
+//! error or a time-out (`--timeout`) is an error, and the first error's text is reported.
+//! Only loopback addresses are accepted as targets.
 //!
 //! Output: one line `concurrency=… requests=… rps=… p50=…us p90=… p99=… p999=… max=…
 //! errors=…`, or with `--json` one JSON object with the same numbers (`p50_us`, …).
 
+mod args;
 mod client;
+mod convert;
+mod grpc;
+mod proto;
 mod report;
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +47,9 @@ use hyper::header::HeaderValue;
 use hyper::Uri;
 use tokio::time::Instant;
 
+use args::{Args, Protocol};
 use client::{Schedule, Target};
+use convert::{Encoding, Model};
 use report::{ClientStats, Summary};
 
 /// Latencies are recorded from 1 µs up to this many µs (1 hour) at 3 significant digits.
@@ -43,44 +57,10 @@ const MAX_LATENCY_US: u64 = 3_600_000_000;
 /// The longest warm-up plus duration accepted: load is always bounded in time.
 const MAX_RUN: Duration = Duration::from_secs(3600);
 
-/// Closed-loop HTTP/1.1 load generator (loopback targets only).
-#[derive(Parser, Debug)]
-#[command(version, about)]
-struct Args {
-    /// The URL to load, e.g. http://127.0.0.1:8080/v2/models/digits/infer
-    url: String,
-
-    /// Simulated clients, each with one keep-alive connection.
-    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    concurrency: u32,
-
-    /// How long to measure (e.g. 10s, 500ms, 1m).
-    #[arg(short, long, default_value = "10s", value_parser = parse_duration)]
-    duration: Duration,
-
-    /// How long to send before measuring (not counted).
-    #[arg(short, long, default_value = "2s", value_parser = parse_duration)]
-    warmup: Duration,
-
-    /// JSONL file: one request body per line, sent in rotation (POST). Without it: GET.
-    #[arg(short, long, value_name = "FILE")]
-    body_file: Option<PathBuf>,
-
-    /// Content-Type of the bodies.
-    #[arg(long, default_value = "application/json")]
-    content_type: String,
-
-    /// A request without a complete answer after this long is an error.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    timeout: Duration,
-
-    /// Worker threads of the load generator's runtime (the server needs the other cores).
-    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
-    threads: u32,
-
-    /// Print one JSON object instead of the human line.
-    #[arg(long)]
-    json: bool,
+/// What every client sends, by protocol.
+enum Load {
+    Rest(Arc<Target>),
+    Grpc(Arc<grpc::Target>),
 }
 
 fn main() -> ExitCode {
@@ -104,19 +84,11 @@ fn try_main(args: Args) -> Result<()> {
     ensure!(!args.timeout.is_zero(), "--timeout must be more than zero");
 
     let (addr, host, path) = resolve(&args.url)?;
-    let bodies = match &args.body_file {
-        Some(file) => read_bodies(file)?,
-        None => Vec::new(),
+    let load = match args.protocol {
+        Protocol::Rest => Load::Rest(Arc::new(rest_target(&args, addr, host, path)?)),
+        Protocol::Grpc => Load::Grpc(Arc::new(grpc_target(&args, addr, &path, Encoding::Typed)?)),
+        Protocol::GrpcRaw => Load::Grpc(Arc::new(grpc_target(&args, addr, &path, Encoding::Raw)?)),
     };
-    let content_type =
-        HeaderValue::from_str(&args.content_type).context("--content-type is not a valid header value")?;
-    let target = Arc::new(Target {
-        addr,
-        host,
-        path,
-        content_type,
-        bodies,
-    });
     let histogram = Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).context("creating the latency histogram")?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -124,7 +96,7 @@ fn try_main(args: Args) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let summary = runtime.block_on(run(&args, target, histogram))?;
+    let summary = runtime.block_on(run(&args, load, histogram))?;
 
     if args.json {
         println!("{}", summary.to_json());
@@ -140,7 +112,7 @@ fn try_main(args: Args) -> Result<()> {
 }
 
 /// Starts every client, waits for all of them and merges what they counted.
-async fn run(args: &Args, target: Arc<Target>, histogram: Histogram<u64>) -> Result<Summary> {
+async fn run(args: &Args, load: Load, histogram: Histogram<u64>) -> Result<Summary> {
     let start = Instant::now();
     let schedule = Schedule {
         measure_from: start + args.warmup,
@@ -148,7 +120,10 @@ async fn run(args: &Args, target: Arc<Target>, histogram: Histogram<u64>) -> Res
         timeout: args.timeout,
     };
     let clients: Vec<_> = (0..args.concurrency as usize)
-        .map(|i| tokio::spawn(client::run(i, target.clone(), schedule, histogram.clone())))
+        .map(|i| match &load {
+            Load::Rest(target) => tokio::spawn(client::run(i, target.clone(), schedule, histogram.clone())),
+            Load::Grpc(target) => tokio::spawn(grpc::run(i, target.clone(), schedule, histogram.clone())),
+        })
         .collect();
 
     let mut total = ClientStats::new(histogram);
@@ -162,6 +137,52 @@ async fn run(args: &Args, target: Arc<Target>, histogram: Histogram<u64>) -> Res
         elapsed,
         stats: total,
     })
+}
+
+/// REST: the bodies as they are (none: GETs).
+fn rest_target(args: &Args, addr: SocketAddr, host: HeaderValue, path: Uri) -> Result<Target> {
+    ensure!(
+        args.model.is_none() && args.model_version.is_none(),
+        "--model and --model-version are for --protocol grpc or grpc-raw (REST names the model in the URL)"
+    );
+    let bodies = match &args.body_file {
+        Some(file) => read_bodies(file)?,
+        None => Vec::new(),
+    };
+    let content_type =
+        HeaderValue::from_str(&args.content_type).context("--content-type is not a valid header value")?;
+    Ok(Target {
+        addr,
+        host,
+        path,
+        content_type,
+        bodies,
+    })
+}
+
+/// gRPC: the body file's requests converted for `--model`, for the server at `addr`.
+fn grpc_target(args: &Args, addr: SocketAddr, path: &Uri, encoding: Encoding) -> Result<grpc::Target> {
+    ensure!(
+        path.path() == "/" && path.query().is_none(),
+        "with --protocol grpc or grpc-raw the URL is the server's, without a path (e.g. http://127.0.0.1:8081), \
+         not '{}'",
+        args.url
+    );
+    let name = args
+        .model
+        .as_deref()
+        .context("--model is required with --protocol grpc or grpc-raw")?;
+    let file = args.body_file.as_deref().context(
+        "--body-file (V2 JSON inference requests, one per line) is required with --protocol grpc or grpc-raw",
+    )?;
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let model = Model {
+        name,
+        version: args.model_version.as_deref().unwrap_or(""),
+    };
+    let requests = convert::requests(&text, &model, encoding)
+        .with_context(|| format!("converting {} to gRPC requests", file.display()))?;
+    grpc::Target::new(addr, requests)
 }
 
 /// Splits an `http://host:port/path` URL into a loopback socket address, the `Host`
@@ -214,40 +235,9 @@ fn read_bodies(file: &Path) -> Result<Vec<Bytes>> {
     Ok(bodies)
 }
 
-/// `10s`, `1.5s`, `500ms`, `250us`, `2m`; a bare number is seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let invalid = || format!("invalid duration '{text}' (examples: 10s, 500ms, 2m)");
-    let value: f64 = number.parse().map_err(|_| invalid())?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "ms" => value / 1e3,
-        "us" => value / 1e6,
-        "m" | "min" => value * 60.0,
-        _ => return Err(invalid()),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|_| invalid())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("ten").is_err());
-        assert!(parse_duration("5h").is_err());
-        assert!(parse_duration("").is_err());
-    }
 
     #[test]
     fn only_loopback_targets() {

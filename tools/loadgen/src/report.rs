@@ -12,7 +12,7 @@ const ERROR_BODY_CHARS: usize = 300;
 
 /// What one client counted during the measured window.
 pub struct ClientStats {
-    /// Latency in microseconds of every request that got an HTTP answer (any status).
+    /// Latency in microseconds of every request that got an answer (any status).
     latencies: Histogram<u64>,
     ok: u64,
     errors: u64,
@@ -32,21 +32,39 @@ impl ClientStats {
 
     /// A complete HTTP answer: 2xx is a success, anything else an error.
     pub fn count_response(&mut self, status: StatusCode, latency: Duration, body: &[u8]) {
-        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX).max(1);
-        self.latencies.saturating_record(micros);
         if status.is_success() {
-            self.ok += 1;
+            self.count_success(latency);
         } else {
-            self.errors += 1;
-            if self.first_error.is_none() {
+            self.count_failure(latency, || {
                 let text = String::from_utf8_lossy(body);
                 let text: String = text.trim().chars().take(ERROR_BODY_CHARS).collect();
-                self.first_error = Some(format!("HTTP {status}: {text}"));
-            }
+                format!("HTTP {status}: {text}")
+            });
         }
     }
 
-    /// A transport error or time-out; `counted` is false during warm-up, but the first
+    /// A complete answer that is a success.
+    pub fn count_success(&mut self, latency: Duration) {
+        self.record(latency);
+        self.ok += 1;
+    }
+
+    /// A complete answer that is an error (an HTTP status other than 2xx, a gRPC status
+    /// other than OK); `describe` is asked for its text only if it is the first error.
+    pub fn count_failure(&mut self, latency: Duration, describe: impl FnOnce() -> String) {
+        self.record(latency);
+        self.errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(describe());
+        }
+    }
+
+    fn record(&mut self, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX).max(1);
+        self.latencies.saturating_record(micros);
+    }
+
+    /// A transport error or time-out (no answer); `counted` is false during warm-up, but the first
     /// error's text is kept anyway (it explains a run where nothing works).
     pub fn count_error(&mut self, counted: bool, text: String) {
         if counted {

@@ -15,6 +15,12 @@ impl Predictor for Digits {
     fn init(_: Parameters) -> Result<Self, String> {
         let weights = Weights::from_dir(MODEL_DIR).map_err(|e| format!("digits: {e}"))?;
         log::debug(&format!("digits: weights loaded from {MODEL_DIR}"));
+        // What clients read in the model's metadata (`parameters`).
+        metadata::declare("labels", "0,1,2,3,4,5,6,7,8,9")?;
+        metadata::declare(
+            "description",
+            "A multi-layer perceptron trained with scikit-learn on its 8x8 handwritten digits",
+        )?;
         Ok(Digits { weights })
     }
 

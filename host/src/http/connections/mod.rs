@@ -64,13 +64,15 @@ const REFUSAL: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
 
 /// Accepts connections on `listener` and serves each with `router` under `limits` until
-/// `shutdown` resolves; then stops accepting and returns once every connection has
+/// `shutdown` resolves; each connection holds one of `slots` (shared with the gRPC port,
+/// sized [`Limits::max_connections`]) while open; then stops accepting and returns once every connection has
 /// finished its in-flight request and closed. Dropping the future drops every connection
 /// (and the requests in flight on them) at once.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
+    slots: Arc<Semaphore>,
     stats: Arc<ConnectionStats>,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -78,7 +80,6 @@ pub async fn serve(
         u64::try_from(limits.max_connections).unwrap_or(u64::MAX),
         Ordering::Relaxed,
     );
-    let slots = Arc::new(Semaphore::new(limits.max_connections.min(Semaphore::MAX_PERMITS)));
     let graceful = GracefulShutdown::new();
     let mut refusals = Throttle::new(LOG_EVERY);
     let mut accept_errors = Throttle::new(LOG_EVERY);

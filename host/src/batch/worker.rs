@@ -1,0 +1,248 @@
+//! A worker: takes a group of lines from the batcher, sends them as one request, and
+//! turns the answer into one answer line per line, retrying what may succeed later.
+//!
+//! How a group is resolved, round by round:
+//!
+//! - a failure of the whole request that a retry may cure (connection error, 503, 504) is
+//!   retried for every line with retries left, after the backoff; the others fail with it;
+//! - any other failure of a merged request (two lines or more) sends each line alone, so
+//!   that a line's answer never depends on its neighbours (a request too large merged, a
+//!   server that refuses multi-item requests);
+//! - an answer that cannot be split back (outputs that are not per item) sends each line
+//!   alone too;
+//! - otherwise each line takes its share: lines whose items failed only with 503/504 are
+//!   retried (if they have retries left), the rest are done;
+//! - over gRPC, a partly failed request says which items failed but not what the others
+//!   answered: the lines whose items all succeeded are sent again together, and, should
+//!   that happen again, each alone.
+//!
+//! Each line counts its attempts (every request that carried it) and reports the number in
+//! its answer line. Once a stop is requested, nothing is retried any more: a line that
+//! would have been is answered with its last failure.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::merge::{self, Batcher, Line, LineOutcome, Share};
+use super::output::{self, Answered};
+use super::progress::Counters;
+use super::retry::RetryPolicy;
+use super::transport::{Failure, Transport};
+use super::Stop;
+
+/// One of the `--workers` request loops.
+pub(crate) struct Worker {
+    pub transport: Arc<Transport>,
+    pub policy: RetryPolicy,
+    pub stop: Arc<Stop>,
+    pub counters: Arc<Counters>,
+    pub answers: mpsc::Sender<Answered>,
+}
+
+/// A line on its way through a worker.
+pub(crate) struct Pending {
+    pub line: Line,
+    /// Requests sent with this line so far.
+    pub attempts: u32,
+    /// Retried at least once.
+    pub retried: bool,
+    /// Sent again for its outputs (gRPC) already.
+    resent: bool,
+}
+
+/// A line's final answer.
+pub(crate) struct Resolved {
+    pub pending: Pending,
+    pub outcome: LineOutcome,
+    /// The id of the request that brought the answer (none if no request was sent).
+    pub inference_id: String,
+}
+
+impl Worker {
+    /// Takes groups until the input is used up (or a stop), answering every line taken.
+    pub(crate) async fn run(self, batcher: Arc<tokio::sync::Mutex<Batcher>>) {
+        loop {
+            let group = batcher.lock().await.next_group().await;
+            let Some(group) = group else {
+                return;
+            };
+            let pending = group
+                .into_iter()
+                .map(|line| Pending {
+                    line,
+                    attempts: 0,
+                    retried: false,
+                    resent: false,
+                })
+                .collect();
+            for resolved in self.resolve(pending).await {
+                if resolved.pending.retried {
+                    self.counters.line_retried();
+                }
+                let answer = output::answer_line(self.transport.info(), resolved);
+                if self.answers.send(answer).await.is_err() {
+                    // The writer has stopped (an output error): nothing left to do.
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends `group` (merged) and resolves every line of it, in rounds.
+    pub(crate) async fn resolve(&self, group: Vec<Pending>) -> Vec<Resolved> {
+        let mut done = Vec::with_capacity(group.len());
+        let mut rounds: Vec<Vec<Pending>> = vec![group];
+        while let Some(mut batch) = rounds.pop() {
+            let inference_id = match (batch.len(), batch.first()) {
+                (1, Some(only)) => only.line.request.id.clone().unwrap_or_else(super::new_inference_id),
+                _ => super::new_inference_id(),
+            };
+            for pending in &mut batch {
+                pending.attempts += 1;
+            }
+            let request = {
+                let requests: Vec<_> = batch.iter().map(|p| &p.line.request).collect();
+                merge::merge(&requests, &inference_id)
+            };
+            let counts: Vec<u64> = batch.iter().map(|p| p.line.items.max(1)).collect();
+            let reply = self.transport.infer(request).await;
+            let finish = |pending: Pending, outcome: LineOutcome| Resolved {
+                pending,
+                outcome,
+                inference_id: inference_id.clone(),
+            };
+            let shares = match reply {
+                Err(failure) if failure.retryable => {
+                    let (again, spent): (Vec<Pending>, Vec<Pending>) =
+                        batch.into_iter().partition(|p| self.may_retry(p));
+                    done.extend(spent.into_iter().map(|p| finish(p, failed(&failure))));
+                    if again.is_empty() {
+                        continue;
+                    }
+                    if self
+                        .pause(&again, failure.retry_after, failure.status, &failure.message)
+                        .await
+                    {
+                        rounds.push(retried(again));
+                    } else {
+                        let interrupted = Failure {
+                            message: format!("{} (not retried: interrupted)", failure.message),
+                            ..failure
+                        };
+                        done.extend(again.into_iter().map(|p| finish(p, failed(&interrupted))));
+                    }
+                    continue;
+                }
+                Err(failure) if batch.len() > 1 => {
+                    tracing::debug!(
+                        lines = batch.len(),
+                        status = failure.status,
+                        "a merged request failed as a whole ({}); its lines go alone",
+                        failure.message
+                    );
+                    rounds.extend(batch.into_iter().map(|p| vec![p]));
+                    continue;
+                }
+                Err(failure) => {
+                    done.extend(batch.into_iter().map(|p| finish(p, failed(&failure))));
+                    continue;
+                }
+                Ok(reply) => match merge::split(reply, &counts) {
+                    Some(shares) => shares,
+                    None if batch.len() > 1 => {
+                        tracing::debug!(
+                            lines = batch.len(),
+                            "the answer cannot be split back; the lines go alone"
+                        );
+                        rounds.extend(batch.into_iter().map(|p| vec![p]));
+                        continue;
+                    }
+                    None => {
+                        let failure = Failure::no_answer("the answer does not match the request".into(), false);
+                        done.extend(batch.into_iter().map(|p| finish(p, failed(&failure))));
+                        continue;
+                    }
+                },
+            };
+            let alone = batch.len() == 1;
+            let (mut retry, mut resend) = (Vec::new(), Vec::new());
+            for (mut pending, share) in batch.into_iter().zip(shares) {
+                match share {
+                    Share::NeedsOutputs if alone => {
+                        let failure = Failure::no_answer("the server reported success without outputs".into(), false);
+                        done.push(finish(pending, failed(&failure)));
+                    }
+                    // Sent again once already, and still no outputs: alone this time.
+                    Share::NeedsOutputs if pending.resent => rounds.push(vec![pending]),
+                    Share::NeedsOutputs => {
+                        pending.resent = true;
+                        resend.push(pending);
+                    }
+                    Share::Done(outcome) if outcome.retryable() && self.may_retry(&pending) => {
+                        retry.push((pending, outcome));
+                    }
+                    Share::Done(outcome) => done.push(finish(pending, outcome)),
+                }
+            }
+            if !resend.is_empty() {
+                rounds.push(resend);
+            }
+            if retry.is_empty() {
+                continue;
+            }
+            let (lines, outcomes): (Vec<Pending>, Vec<LineOutcome>) = retry.into_iter().unzip();
+            let (status, message) = match &outcomes[0] {
+                LineOutcome::Failure { status, message } => (*status, message.clone()),
+                _ => (503, String::from("items unavailable or timed out")),
+            };
+            if self.pause(&lines, None, status, &message).await {
+                rounds.push(retried(lines));
+            } else {
+                // Interrupted: each keeps the answer it got.
+                done.extend(lines.into_iter().zip(outcomes).map(|(p, o)| finish(p, o)));
+            }
+        }
+        done
+    }
+
+    /// Whether `pending` may be sent again.
+    fn may_retry(&self, pending: &Pending) -> bool {
+        self.policy.may_retry(pending.attempts) && !self.stop.requested()
+    }
+
+    /// Waits out the backoff before retrying `lines` (the server's `retry_after` when it
+    /// gave one); `false` if a stop came first.
+    async fn pause(&self, lines: &[Pending], retry_after: Option<Duration>, status: u16, message: &str) -> bool {
+        let attempts = lines.iter().map(|p| p.attempts).max().unwrap_or(1);
+        let delay = self.policy.delay(attempts, retry_after);
+        tracing::info!(
+            lines = lines.len(),
+            attempts,
+            status,
+            delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            "retrying: {message}"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(delay) => true,
+            () = self.stop.wait() => false,
+        }
+    }
+}
+
+/// `lines`, marked as retried.
+fn retried(mut lines: Vec<Pending>) -> Vec<Pending> {
+    for pending in &mut lines {
+        pending.retried = true;
+    }
+    lines
+}
+
+/// A line's answer for a failed request.
+fn failed(failure: &Failure) -> LineOutcome {
+    LineOutcome::Failure {
+        status: failure.status,
+        message: failure.message.clone(),
+    }
+}

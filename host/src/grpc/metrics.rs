@@ -1,0 +1,53 @@
+//! The gRPC edge's counters: `tensorplug_grpc_requests_total` by method and status code (a
+//! streamed request counts as one `ModelStreamInfer` call each), and refused connections.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tonic::Code;
+
+use crate::serving::grpc_code_name;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    method: &'static str,
+    code: &'static str,
+}
+
+/// Counts calls of the inference service.
+#[derive(Clone, Debug, Default)]
+pub struct GrpcMetrics {
+    requests: Family<MethodLabels, Counter>,
+    refused: Counter,
+}
+
+impl GrpcMetrics {
+    /// Counters registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "tensorplug_grpc_requests",
+            "gRPC inference-service calls answered, by method and status code",
+            metrics.requests.clone(),
+        );
+        registry.register(
+            "tensorplug_grpc_connections_refused",
+            "gRPC connections closed at once because the connection cap (shared with REST) was reached",
+            metrics.refused.clone(),
+        );
+        metrics
+    }
+
+    pub fn count_refused(&self) {
+        self.refused.inc();
+    }
+
+    pub fn count(&self, method: &'static str, code: Code) {
+        let labels = MethodLabels {
+            method,
+            code: grpc_code_name(code as i32),
+        };
+        self.requests.get_or_create(&labels).inc();
+    }
+}

@@ -1,0 +1,279 @@
+//! The models' metrics on `/metrics`: a prometheus-client collector that, at each scrape,
+//! encodes every live model version's counters, histograms, queue depth and its
+//! plugins' own metrics, labelled `model` and `version`.
+//!
+//! Collected from the repository at scrape time rather than registered per model, so a
+//! version's series appear when it is ready and disappear with it (unload, or a reload
+//! that replaces it) with nothing to unregister.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::histogram::AtomicHistogram;
+use super::stats::{Histograms, Protocol, StatsSnapshot};
+use super::{Model, Repository};
+use crate::model::StageKind;
+use crate::runtime::plugin_metrics::{Family, Kind, Series};
+
+/// Registers the repository's metrics (models, their plugins, loads) in `registry`.
+pub fn register(registry: &mut Registry, repository: &Arc<Repository>) {
+    registry.register(
+        "tensorplug_model_loads",
+        "Model loads (no version was serving) and reloads (one was), by outcome",
+        repository.loads.clone(),
+    );
+    registry.register_collector(Box::new(ModelsCollector {
+        repository: repository.clone(),
+    }));
+}
+
+struct ModelsCollector {
+    repository: Arc<Repository>,
+}
+
+impl std::fmt::Debug for ModelsCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ModelsCollector")
+    }
+}
+
+/// The labels every series of a model version carries.
+type ModelLabels<'a> = [(&'static str, &'a str); 2];
+
+fn model_labels(model: &Model) -> ModelLabels<'_> {
+    [
+        ("model", model.config.name.as_str()),
+        ("version", model.config.version.as_str()),
+    ]
+}
+
+/// A counter read from a version's counters.
+struct CounterFamily {
+    name: &'static str,
+    help: &'static str,
+    read: fn(&StatsSnapshot) -> u64,
+}
+
+const COUNTERS: [CounterFamily; 8] = [
+    CounterFamily {
+        name: "tensorplug_items_succeeded",
+        help: "Items answered with their outputs",
+        read: |s| s.items_ok,
+    },
+    CounterFamily {
+        name: "tensorplug_items_failed",
+        help: "Items answered with an error (plugin error, trap, contract violation, time limit)",
+        read: |s| s.items_failed,
+    },
+    CounterFamily {
+        name: "tensorplug_items_abandoned",
+        help: "Items dropped before running because their client had gone or their deadline had passed",
+        read: |s| s.items_abandoned,
+    },
+    CounterFamily {
+        name: "tensorplug_items",
+        help: "Items run through the pipeline",
+        read: |s| s.items,
+    },
+    CounterFamily {
+        name: "tensorplug_batches",
+        help: "Batches run through the pipeline",
+        read: |s| s.batches,
+    },
+    CounterFamily {
+        name: "tensorplug_traps",
+        help: "Plugin calls that trapped",
+        read: |s| s.traps,
+    },
+    CounterFamily {
+        name: "tensorplug_instance_replacements",
+        help: "Stage instances replaced after a trap (or pipelines rebuilt after a host panic)",
+        read: |s| s.replacements,
+    },
+    CounterFamily {
+        name: "tensorplug_timeouts",
+        help: "Items answered 504: a stage's time limit, or the request's deadline",
+        read: |s| s.timeouts,
+    },
+];
+
+/// One label beyond `model` and `version`, if any.
+type ExtraLabel = Option<(&'static str, &'static str)>;
+
+/// A histogram of every version.
+struct HistogramFamily {
+    name: &'static str,
+    help: &'static str,
+    /// Extra labels and the histogram, for each series of one version.
+    series: fn(&Histograms) -> Vec<(ExtraLabel, &AtomicHistogram)>,
+}
+
+/// A gauge of every version: name, help, and how to read it.
+type GaugeFamily = (&'static str, &'static str, fn(&Model, &StatsSnapshot) -> i64);
+
+const HISTOGRAMS: [HistogramFamily; 4] = [
+    HistogramFamily {
+        name: "tensorplug_queue_wait_seconds",
+        help: "Time items waited in the queue before their batch was dispatched",
+        series: |h| vec![(None, &h.queue_wait)],
+    },
+    HistogramFamily {
+        name: "tensorplug_batch_size",
+        help: "Items per batch run through the pipeline",
+        series: |h| vec![(None, &h.batch_size)],
+    },
+    HistogramFamily {
+        name: "tensorplug_stage_seconds",
+        help: "Time each stage took per batch (instance replacements and trap bisection included)",
+        series: |h| {
+            [StageKind::Preprocess, StageKind::Predict, StageKind::Postprocess]
+                .into_iter()
+                .zip(&h.stage)
+                .map(|(kind, histogram)| (Some(("stage", kind.name())), histogram))
+                .collect()
+        },
+    },
+    HistogramFamily {
+        name: "tensorplug_request_duration_seconds",
+        help: "Time from a request's arrival to its answer, by protocol",
+        series: |h| {
+            Protocol::ALL
+                .into_iter()
+                .zip(&h.request)
+                .map(|(protocol, histogram)| (Some(("protocol", protocol.name())), histogram))
+                .collect()
+        },
+    },
+];
+
+impl Collector for ModelsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let index = self.repository.index();
+        let models: Vec<(&str, &Arc<Model>)> = index
+            .iter()
+            .filter_map(|(name, entry)| entry.status.model().map(|model| (name.as_str(), model)))
+            .collect();
+        let snapshots: Vec<(ModelLabels<'_>, StatsSnapshot)> = models
+            .iter()
+            .map(|(_, model)| (model_labels(model), model.stats.snapshot()))
+            .collect();
+
+        for family in &COUNTERS {
+            let mut metric = encoder.encode_descriptor(family.name, family.help, None, MetricType::Counter)?;
+            for (labels, snapshot) in &snapshots {
+                ConstCounter::new((family.read)(snapshot)).encode(metric.encode_family(labels)?)?;
+            }
+        }
+
+        let mut metric = encoder.encode_descriptor(
+            "tensorplug_requests",
+            "Inference requests answered, by protocol and status (REST: the HTTP status; gRPC: the status code)",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((_, model), (labels, _)) in models.iter().zip(&snapshots) {
+            for (protocol, status, count) in model.stats.requests() {
+                let extra = [("protocol", protocol.name()), ("status", status.as_str())];
+                ConstCounter::new(count).encode(metric.encode_family(&(*labels, extra))?)?;
+            }
+        }
+
+        for family in &HISTOGRAMS {
+            let mut metric = encoder.encode_descriptor(family.name, family.help, None, MetricType::Histogram)?;
+            for ((_, model), (labels, _)) in models.iter().zip(&snapshots) {
+                let Some(histograms) = model.stats.histograms() else {
+                    continue;
+                };
+                for (extra, histogram) in (family.series)(histograms) {
+                    let extra: Vec<_> = extra.into_iter().collect();
+                    histogram.encode(metric.encode_family(&(*labels, extra))?)?;
+                }
+            }
+        }
+
+        let gauges: [GaugeFamily; 3] = [
+            (
+                "tensorplug_queue_depth",
+                "Items waiting in the model's queue",
+                |model, _| i64::try_from(model.queue_depth()).unwrap_or(i64::MAX),
+            ),
+            (
+                "tensorplug_instances_live",
+                "Pipeline instances whose every stage is live",
+                |_, s| i64::try_from(s.instances_live).unwrap_or(i64::MAX),
+            ),
+            (
+                "tensorplug_instances",
+                "Pipeline instances configured (limits.instances)",
+                |model, _| i64::try_from(model.config.limits.instances).unwrap_or(i64::MAX),
+            ),
+        ];
+        for (name, help, read) in gauges {
+            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for ((_, model), (labels, snapshot)) in models.iter().zip(&snapshots) {
+                ConstGauge::new(read(model, snapshot)).encode(metric.encode_family(labels)?)?;
+            }
+        }
+
+        let mut metric = encoder.encode_descriptor(
+            "tensorplug_model_ready",
+            "Whether a model serves a version (1) or not (0: loading, failed, unloaded, or draining)",
+            None,
+            MetricType::Gauge,
+        )?;
+        let draining = self.repository.is_draining();
+        for (name, entry) in &index {
+            let ready = i64::from(!draining && entry.status.model().is_some());
+            ConstGauge::new(ready).encode(metric.encode_family(&[("model", name.as_str())])?)?;
+        }
+
+        encode_plugin_metrics(&mut encoder, &models)
+    }
+}
+
+/// The plugins' own metrics, `tensorplug_plugin_<name>`, grouped by name across models.
+/// Where two models use one name for different kinds, the first model (by name) keeps
+/// it and the other's series are left out (the name is the plugin author's to change).
+fn encode_plugin_metrics(
+    encoder: &mut DescriptorEncoder,
+    models: &[(&str, &Arc<Model>)],
+) -> Result<(), std::fmt::Error> {
+    let mut by_name: BTreeMap<String, Vec<(ModelLabels<'_>, Family)>> = BTreeMap::new();
+    for (_, model) in models {
+        let labels = model_labels(model);
+        for (name, family) in model.shared.metrics.families() {
+            by_name.entry(name).or_default().push((labels, family));
+        }
+    }
+    for (name, families) in by_name {
+        let Some(kind) = families.first().map(|(_, family)| family.kind) else {
+            continue;
+        };
+        let metric_type = match kind {
+            Kind::Counter => MetricType::Counter,
+            Kind::Gauge => MetricType::Gauge,
+            Kind::Histogram => MetricType::Histogram,
+        };
+        let full_name = format!("tensorplug_plugin_{name}");
+        let mut metric = encoder.encode_descriptor(&full_name, "Defined by the model's plugins", None, metric_type)?;
+        for (labels, family) in families.iter().filter(|(_, family)| family.kind == kind) {
+            for (plugin_labels, series) in &family.series {
+                let all_labels = (*labels, plugin_labels.as_slice());
+                let encoder = metric.encode_family(&all_labels)?;
+                match series {
+                    Series::Counter(counter) => counter.encode(encoder)?,
+                    Series::Gauge(gauge) => gauge.encode(encoder)?,
+                    Series::Histogram(histogram) => histogram.encode(encoder)?,
+                }
+            }
+        }
+    }
+    Ok(())
+}

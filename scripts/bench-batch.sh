@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Batch inference benchmark: `tensorplug infer` (release build) over the 450 digits
+# requests (tests/data/digits/test_requests.jsonl) repeated to 20,000 lines, against a
+# local release server serving examples/models on 127.0.0.1 (REST JSON, REST binary
+# tensor data, gRPC) and in-process (--repository, no server), each with --workers 16 at
+# --batch-size 1 and 32. Prints a markdown table of lines per second.
+#
+# Each run's rate is the one its summary line reports: lines answered over the whole run,
+# connecting (or loading the model, from a warm compile cache) included. Every run's
+# answers are checked: 20,000 lines, all successful (exit status 0).
+#
+# For comparison, `mlserver infer` on the same model and machine class (from the issue):
+# 220–700 lines/s at batch size 1, ~2,100–2,800 lines/s at batch size 32.
+#
+# Works from any directory. Environment:
+#   BENCH_LINES        lines in the input (default 20000)
+#   BENCH_WORKERS      --workers (default 16)
+#   BENCH_BATCH_SIZES  the --batch-size values (default "1 32")
+#   BENCH_TRANSPORTS   what to run (default "rest rest-binary grpc in-process")
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+lines="${BENCH_LINES:-20000}"
+workers="${BENCH_WORKERS:-16}"
+batch_sizes="${BENCH_BATCH_SIZES:-1 32}"
+transports="${BENCH_TRANSPORTS:-rest rest-binary grpc in-process}"
+
+for transport in $transports; do
+    case "$transport" in
+        rest | rest-binary | grpc | in-process) ;;
+        *) echo "bench-batch: unknown transport '$transport' (rest, rest-binary, grpc, in-process)" >&2; exit 1 ;;
+    esac
+done
+
+./scripts/build-plugins.sh >&2
+cargo build --release --bin tensorplug >&2
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+[[ -n "$target_dir" ]] || { echo "bench-batch: no target_directory in cargo metadata" >&2; exit 1; }
+bin="$target_dir/release/tensorplug"
+
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+    if [[ -n "$server_pid" ]]; then
+        kill "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# The 450 requests, repeated (in order) to $lines lines.
+input="$work/in.jsonl"
+awk -v n="$lines" '{ line[NR] = $0 } END { for (i = 0; i < n; i++) print line[i % NR + 1] }' \
+    tests/data/digits/test_requests.jsonl > "$input"
+
+http_port="$(free_port)"
+grpc_port="$(free_port)"
+"$bin" serve examples/models --host 127.0.0.1 --http-port "$http_port" --grpc-port "$grpc_port" \
+    --model-control none --log warn --cache-dir "$work/cache" > "$work/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 600); do
+    if python3 -c "import urllib.request, sys; urllib.request.urlopen('http://127.0.0.1:$http_port/v2/health/ready', timeout=1)" 2>/dev/null; then
+        break
+    fi
+    kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
+    sleep 0.1
+done
+
+echo "| transport | batch size | workers | lines | lines/s | seconds |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+for transport in $transports; do
+    for batch in $batch_sizes; do
+        case "$transport" in
+            rest) target=(-u "127.0.0.1:$http_port") ;;
+            rest-binary) target=(-u "127.0.0.1:$http_port" -b) ;;
+            grpc) target=(-u "127.0.0.1:$grpc_port" -t grpc) ;;
+            in-process) target=(--repository examples/models --cache-dir "$work/cache") ;;
+        esac
+        output="$work/out-$transport-$batch.jsonl"
+        if ! "$bin" infer "${target[@]}" -m digits -i "$input" -o "$output" \
+            --workers "$workers" --batch-size "$batch" -q 2> "$work/infer.log"; then
+            echo "bench-batch: $transport at batch size $batch failed:" >&2
+            cat "$work/infer.log" >&2
+            exit 1
+        fi
+        answered="$(wc -l < "$output")"
+        [[ "$answered" -eq "$lines" ]] || { echo "bench-batch: $answered answers for $lines lines" >&2; exit 1; }
+        summary="$(grep 'lines answered' "$work/infer.log")"
+        rate="$(sed -n 's/.*(\([0-9]*\) lines\/s).*/\1/p' <<< "$summary")"
+        seconds="$(sed -n 's/.* in \([0-9.]*\) s (.*/\1/p' <<< "$summary")"
+        echo "| $transport | $batch | $workers | $lines | $rate | $seconds |"
+        rm -f "$output"
+    done
+done

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The Python virtualenv of the conformance test (tests/conformance/): the unmodified V2
+# clients from PyPI, as tests/conformance/requirements.txt pins them. Prints the
+# virtualenv's python as its last line of stdout; says nothing else unless it installs
+# (one line on stderr) or fails (what failed, on stderr, and a non-zero exit).
+#
+# Idempotent and cheap when nothing changed: the virtualenv is (re)built only when the
+# requirements file or the Python interpreter changed (a stamp file holds the hash of
+# both), or when it is missing or broken. The first run downloads the packages (about
+# 500 MB installed, one to two minutes). Works from any directory.
+#
+#   TENSORPLUG_PYTHON_ENV  the virtualenv's folder (default: <cargo target dir>/python-env)
+#   PYTHON                 the interpreter to build it with (default: python3)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+requirements="$root/tests/conformance/requirements.txt"
+python="${PYTHON:-python3}"
+
+fail() {
+    printf 'python-env: %s\n' "$*" >&2
+    exit 1
+}
+
+command -v "$python" >/dev/null 2>&1 ||
+    fail "'$python' not found: the conformance test needs Python 3 with venv and pip (or PYTHON=/path/to/python3)"
+"$python" -c 'import venv, ensurepip' 2>/dev/null ||
+    fail "$python has no venv/ensurepip module (on Debian or Ubuntu: apt-get install python3-venv)"
+
+if [[ -n "${TENSORPLUG_PYTHON_ENV:-}" ]]; then
+    venv="$TENSORPLUG_PYTHON_ENV"
+else
+    target_dir="$(cd "$root" && cargo metadata --format-version 1 --no-deps |
+        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+    [[ -n "$target_dir" ]] || fail "cargo metadata did not give the target directory; set TENSORPLUG_PYTHON_ENV"
+    venv="$target_dir/python-env"
+fi
+stamp="$venv/.tensorplug-requirements"
+
+# What the virtualenv was built from: the requirements' hash and the interpreter.
+key="$("$python" - "$requirements" <<'EOF'
+import hashlib, sys
+with open(sys.argv[1], "rb") as f:
+    print(hashlib.sha256(f.read()).hexdigest(), sys.version.split()[0], sys.executable)
+EOF
+)" || fail "could not read $requirements"
+
+up_to_date() {
+    [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] && "$venv/bin/python" -c '' 2>/dev/null
+}
+
+if ! up_to_date; then
+    mkdir -p "$(dirname "$venv")"
+    # One builder at a time (two test runs sharing a target folder).
+    if command -v flock >/dev/null 2>&1; then
+        exec 9>"$venv.lock"
+        flock 9
+    fi
+    if ! up_to_date; then
+        if [[ -e "$venv" && ! -f "$venv/pyvenv.cfg" && -n "$(ls -A "$venv")" ]]; then
+            fail "$venv exists and is not a virtualenv: refusing to replace it"
+        fi
+        echo "python-env: installing ${requirements#"$root"/} into $venv (downloads from PyPI)" >&2
+        log="$(mktemp)"
+        trap 'rm -f "$log"' EXIT
+        rm -rf "$venv"
+        "$python" -m venv "$venv" >"$log" 2>&1 || {
+            cat "$log" >&2
+            fail "'$python -m venv $venv' failed"
+        }
+        "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
+            --requirement "$requirements" >"$log" 2>&1 || {
+            cat "$log" >&2
+            fail "pip could not install $requirements into $venv (is PyPI reachable?)"
+        }
+        printf '%s\n' "$key" >"$stamp"
+    fi
+fi
+echo "$venv/bin/python"

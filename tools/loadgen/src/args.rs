@@ -1,0 +1,128 @@
+//! The command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Closed-loop load generator for tensorplug: REST over HTTP/1.1, or gRPC `ModelInfer`
+/// over HTTP/2 (loopback targets only).
+#[derive(Parser, Debug)]
+#[command(version, about)]
+pub struct Args {
+    /// REST: the URL to load, e.g. http://127.0.0.1:8080/v2/models/digits/infer.
+    /// gRPC: the server, e.g. http://127.0.0.1:8081
+    pub url: String,
+
+    /// rest: the bodies as they are, over HTTP/1.1; grpc: ModelInfer with typed contents;
+    /// grpc-raw: ModelInfer with raw_input_contents (both over HTTP/2).
+    #[arg(long, value_enum, default_value_t = Protocol::Rest)]
+    pub protocol: Protocol,
+
+    /// gRPC: the model to infer with (required with grpc and grpc-raw).
+    #[arg(long)]
+    pub model: Option<String>,
+
+    /// gRPC: the model's version (default: the one the server serves).
+    #[arg(long)]
+    pub model_version: Option<String>,
+
+    /// Simulated clients, each with one keep-alive connection.
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+
+    /// How long to measure (e.g. 10s, 500ms, 1m).
+    #[arg(short, long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// How long to send before measuring (not counted).
+    #[arg(short, long, default_value = "2s", value_parser = parse_duration)]
+    pub warmup: Duration,
+
+    /// JSONL file: one request body per line, sent in rotation (REST: POST; without it,
+    /// GET). gRPC: V2 JSON inference requests, converted to ModelInferRequests before the
+    /// run (required).
+    #[arg(short, long, value_name = "FILE")]
+    pub body_file: Option<PathBuf>,
+
+    /// REST: Content-Type of the bodies.
+    #[arg(long, default_value = "application/json")]
+    pub content_type: String,
+
+    /// A request without a complete answer after this long is an error.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub timeout: Duration,
+
+    /// Worker threads of the load generator's runtime (the server needs the other cores).
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub threads: u32,
+
+    /// Print one JSON object instead of the human line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What goes on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Protocol {
+    /// V2 REST over HTTP/1.1.
+    Rest,
+    /// gRPC ModelInfer, tensor data in the typed `contents` fields.
+    Grpc,
+    /// gRPC ModelInfer, tensor data in `raw_input_contents`.
+    GrpcRaw,
+}
+
+/// `10s`, `1.5s`, `500ms`, `250us`, `2m`; a bare number is seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let invalid = || format!("invalid duration '{text}' (examples: 10s, 500ms, 2m)");
+    let value: f64 = number.parse().map_err(|_| invalid())?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "us" => value / 1e6,
+        "m" | "min" => value * 60.0,
+        _ => return Err(invalid()),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| invalid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn protocols() {
+        let args = Args::try_parse_from([
+            "loadgen",
+            "http://127.0.0.1:1",
+            "--protocol",
+            "grpc-raw",
+            "--model",
+            "m",
+        ])
+        .expect("parses");
+        assert_eq!(args.protocol, Protocol::GrpcRaw);
+        assert_eq!(args.model.as_deref(), Some("m"));
+        let default = Args::try_parse_from(["loadgen", "http://127.0.0.1:1/"]).expect("parses");
+        assert_eq!(default.protocol, Protocol::Rest);
+        assert!(Args::try_parse_from(["loadgen", "http://127.0.0.1:1/", "--protocol", "soap"]).is_err());
+    }
+}
