@@ -1,9 +1,9 @@
 # Shared by the benchmark scripts (sourced, not run): builds the plugins and the release
-# binaries, sets `server`, `loadgen` and a temporary `work` folder, stops the server whose
+# binaries, sets `server`, `loadgen`, `floor` and a temporary `work` folder, stops the server whose
 # pid is in `server_pid` and removes `work` on exit, and offers `free_port`.
 
 ./scripts/build-plugins.sh >&2
-cargo build --release -p tensorplug -p tensorplug-loadgen >&2
+cargo build --release -p tensorplug -p tensorplug-loadgen -p tensorplug-floor >&2
 
 # The release binaries are in the workspace's target folder as cargo sees it
 # (CARGO_TARGET_DIR, then `build.target-dir` in a config file, then target/), the same
@@ -13,6 +13,7 @@ target_dir="$(cargo metadata --format-version 1 --no-deps |
 [[ -n "$target_dir" ]] || { echo "bench: no target_directory in cargo metadata" >&2; exit 1; }
 server="$target_dir/release/tensorplug"
 loadgen="$target_dir/release/tensorplug-loadgen"
+floor="$target_dir/release/tensorplug-floor"
 
 work="$(mktemp -d)"
 server_pid=""

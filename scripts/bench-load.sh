@@ -7,6 +7,10 @@
 # contents (`grpc`) and with raw_input_contents (`grpc-raw`), each gRPC client on its own
 # HTTP/2 connection. Prints a markdown table, then the CPU each side used.
 #
+# Then the floor (tools/floor): the same HTTP and gRPC stack and the same V2 decoder and
+# encoder with no model, at the same protocols and concurrencies, and tensorplug's
+# requests/s and p99 as a ratio of the floor's, measured in the same run.
+#
 # Then the cost of observability: the batching-on server at its default settings (no
 # --log flag: info logs, metrics on) against the same with `--log off --metrics off`,
 # REST at concurrency 64, runs alternating default/off/default/off, and the ratio of the
@@ -188,6 +192,51 @@ for mode in on off; do
     stop_server
 done
 
+# The floor: tools/floor on the same HTTP and gRPC stack, decoding each request with
+# tensorplug's decoder and encoding an answer of the model's shape with its encoder, with
+# no model behind them. Each protocol and concurrency as above; the ratio table below
+# puts tensorplug (batching on) beside it.
+floor_http="$(free_port)"
+floor_grpc="$(free_port)"
+while [[ "$floor_grpc" == "$floor_http" ]]; do floor_grpc="$(free_port)"; done
+"$floor" examples/models/digits --http-port "$floor_http" --grpc-port "$floor_grpc" >"$work/floor.log" 2>&1 &
+server_pid=$!
+base="http://127.0.0.1:$floor_http"
+grpc_base="http://127.0.0.1:$floor_grpc"
+until [[ "$(curl -s -o /dev/null --max-time 2 -w '%{http_code}' "$base/v2/health/ready" || true)" == 200 ]]; do
+    kill -0 "$server_pid" 2>/dev/null || { echo "bench-load: the floor server exited:" >&2; cat "$work/floor.log" >&2; exit 1; }
+    sleep 0.2
+done
+echo "bench-load: floor server pid $server_pid at $base (gRPC $grpc_base)" >&2
+for protocol in $protocols; do
+    for c in $concurrencies; do
+        load "$protocol" "$work/$protocol-floor-$c" "$c"
+        python3 - "$work/$protocol-floor-$c.json" "$protocol" "$c" "$errors_seen" <<'PY' >&2
+import json, sys
+path, protocol, c, errors_seen = sys.argv[1:]
+lg = json.load(open(path))
+if lg["errors"] and lg["first_error"]:
+    with open(errors_seen, "a") as f:
+        f.write(f"- floor {protocol}, concurrency {c}: {lg['errors']} errors, first: {lg['first_error']}\n")
+print(f"bench-load: floor {protocol}, concurrency {c}: {lg['rps']:.0f} req/s, p99 {lg['p99_us']}us")
+PY
+    done
+done
+stop_server
+floor_rows="$work/floor_rows"
+python3 - "$work" "$floor_rows" "$protocols" "$concurrencies" <<'PY'
+import json, sys
+work, rows, protocols, concurrencies = sys.argv[1:]
+with open(rows, "w") as f:
+    for protocol in protocols.split():
+        for c in concurrencies.split():
+            t = json.load(open(f"{work}/{protocol}-on-{c}.json"))
+            fl = json.load(open(f"{work}/{protocol}-floor-{c}.json"))
+            ratio = t["rps"] / fl["rps"] if fl["rps"] else float("nan")
+            f.write(f"| {protocol} | {c} | {t['rps']:.0f} | {fl['rps']:.0f} | **{ratio:.2f}** "
+                    f"| {t['p99_us'] / 1000:.2f} | {fl['p99_us'] / 1000:.2f} |\n")
+PY
+
 # The cost of observability: default settings (A) against logs and metrics off (B).
 # (The help is read in full first: `grep -q` on a pipe could end the server with SIGPIPE.)
 serve_help="$("$server" serve --help)"
@@ -253,6 +302,12 @@ echo
 echo "| protocol | batching | concurrency | requests/s | p50 ms | p99 ms | mean batch | errors |"
 echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 cat "$rows"
+echo
+echo "tensorplug (batching on) against the floor (tools/floor: the same stack and codec, no model), same run:"
+echo
+echo "| protocol | concurrency | tensorplug req/s | floor req/s | ratio | tensorplug p99 ms | floor p99 ms |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+cat "$floor_rows"
 echo
 echo "CPU used during each run (cores busy on average, warm-up included):"
 echo

@@ -2,6 +2,8 @@
 # Builds the example and test plugins as WebAssembly components and copies them into
 # their model folders:
 #   examples/digits/{preprocess,predict,postprocess} -> examples/models/digits/*.wasm
+#   examples/digits-onnx/predict (+ digits' pre/postprocess) -> examples/models/digits-onnx/*.wasm
+#     and the same three                     -> examples/models/digits-cnn/*.wasm
 #   examples/faulty                                  -> tests/models/faulty/predict.wasm
 #   examples/faulty, as a wasm32-wasip1 core module  -> tests/models/faulty-p1/predict.wasm
 #   examples/faulty-pre + examples/faulty             -> tests/models/faulty-pipeline/
@@ -30,7 +32,7 @@ export CARGO_TARGET_DIR="$target_dir"
 # examples/.cargo/config.toml, which cargo reads because it runs in examples/.
 cd examples
 cargo build --profile plugin --target wasm32-wasip2 \
-    -p digits-preprocess -p digits-predict -p digits-postprocess -p faulty -p faulty-pre "$@"
+    -p digits-preprocess -p digits-predict -p digits-postprocess -p digits-onnx-predict -p faulty -p faulty-pre "$@"
 
 # One plugin as a wasm32-wasip1 core module, which the host turns into a component at
 # load time (tests/models/faulty-p1).
@@ -47,6 +49,12 @@ copy() {
 copy digits_preprocess.wasm examples/models/digits/preprocess.wasm
 copy digits_predict.wasm examples/models/digits/predict.wasm
 copy digits_postprocess.wasm examples/models/digits/postprocess.wasm
+copy digits_onnx_predict.wasm examples/models/digits-onnx/predict.wasm
+copy digits_preprocess.wasm examples/models/digits-onnx/preprocess.wasm
+copy digits_postprocess.wasm examples/models/digits-onnx/postprocess.wasm
+copy digits_onnx_predict.wasm examples/models/digits-cnn/predict.wasm
+copy digits_preprocess.wasm examples/models/digits-cnn/preprocess.wasm
+copy digits_postprocess.wasm examples/models/digits-cnn/postprocess.wasm
 copy faulty.wasm tests/models/faulty/predict.wasm
 copy faulty.wasm tests/models/faulty-pipeline/predict.wasm
 copy faulty_pre.wasm tests/models/faulty-pipeline/preprocess.wasm

@@ -27,6 +27,14 @@ pub mod predictor {
         default_bindings_module: "tensorplug_guest::bindings::predictor",
         runtime_path: "tensorplug_guest::__wit_bindgen::rt",
         additional_derives: [PartialEq],
+        // wasi:nn's interfaces live in a dependency package (wit/deps/wasi-nn): generated
+        // here, once, and shared by the other two worlds.
+        with: {
+            "wasi:nn/tensor@0.2.0-rc-2024-10-28": generate,
+            "wasi:nn/errors@0.2.0-rc-2024-10-28": generate,
+            "wasi:nn/inference@0.2.0-rc-2024-10-28": generate,
+            "wasi:nn/graph@0.2.0-rc-2024-10-28": generate,
+        },
     });
 }
 
@@ -44,6 +52,10 @@ pub mod preprocessor {
             "tensorplug:plugin/log@0.2.0": crate::bindings::predictor::tensorplug::plugin::log,
             "tensorplug:plugin/metrics@0.2.0": crate::bindings::predictor::tensorplug::plugin::metrics,
             "tensorplug:plugin/metadata@0.2.0": crate::bindings::predictor::tensorplug::plugin::metadata,
+            "wasi:nn/tensor@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::tensor,
+            "wasi:nn/errors@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::errors,
+            "wasi:nn/inference@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::inference,
+            "wasi:nn/graph@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::graph,
         },
     });
 }
@@ -62,6 +74,10 @@ pub mod postprocessor {
             "tensorplug:plugin/log@0.2.0": crate::bindings::predictor::tensorplug::plugin::log,
             "tensorplug:plugin/metrics@0.2.0": crate::bindings::predictor::tensorplug::plugin::metrics,
             "tensorplug:plugin/metadata@0.2.0": crate::bindings::predictor::tensorplug::plugin::metadata,
+            "wasi:nn/tensor@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::tensor,
+            "wasi:nn/errors@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::errors,
+            "wasi:nn/inference@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::inference,
+            "wasi:nn/graph@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::graph,
         },
     });
 }

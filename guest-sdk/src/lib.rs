@@ -15,7 +15,8 @@
 //! value per instance (each instance is single-threaded and has its own memory, so there
 //! is nothing to lock), answers a call that comes before a successful `init` with 500,
 //! and refuses a second `init`. The model folder is readable at [`MODEL_DIR`] (see
-//! [`read_model_file`]), e.g. for weights loaded at `init`.
+//! [`read_model_file`]), e.g. for weights loaded at `init`. ONNX graphs named in the
+//! model's `[graphs]` run natively in the host through `wasi:nn` (see [`nn`]).
 //!
 //! Failures are per item: return an [`ItemError`] (`ItemError::bad_request(..)` is 400,
 //! `ItemError::new(422, ..)` any status) for one item, or list [`ItemFailure`]s in a
@@ -132,6 +133,7 @@ pub mod log;
 pub mod metadata;
 pub mod metrics;
 mod model;
+pub mod nn;
 mod params;
 mod stage;
 mod tensor;
@@ -158,5 +160,5 @@ pub mod prelude {
         ItemError, ItemFailure, Parameter, Parameters, Postprocessor, Prediction, Predictor, Preprocessor, Tensor,
         TensorsExt,
     };
-    pub use crate::{log, metadata, metrics};
+    pub use crate::{log, metadata, metrics, nn};
 }

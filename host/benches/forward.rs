@@ -1,6 +1,8 @@
 //! The digits forward pass: native Rust against the wasm `predict` call through the host
 //! (lowering the batch into the sandbox, the plugin's simd128 forward pass, lifting the
-//! outputs back), for batch sizes 1, 8 and 32.
+//! outputs back), for batch sizes 1, 8 and 32; and the same MLP as an ONNX graph, run by
+//! tract natively (`tract`) and from the digits-onnx predict plugin through `wasi:nn`
+//! (`wasm_nn`: the wasm call, the tensors across the sandbox twice, tract's compute).
 //!
 //! Also: what replacing a trapped instance costs.
 //!
@@ -14,7 +16,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use digits_model::{forward, Weights, CLASSES, INPUTS};
 use tensorplug::model::tensor::{DataType, Tensor};
 use tensorplug::model::StageKind;
-use tensorplug::runtime::{Runtime, SandboxLimits, StageTag, StageTemplate};
+use tensorplug::runtime::nn::{ModelGraphs, NnTensor, TensorType};
+use tensorplug::runtime::{ModelShared, Runtime, SandboxLimits, StageTag, StageTemplate};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -66,6 +69,28 @@ fn forward_pass(c: &mut Criterion) {
     .expect("predict.wasm (run ./scripts/build-plugins.sh)");
     let mut instance = template.instantiate().expect("instance");
 
+    // digits-onnx: its graph, loaded once as the server does, and its predict plugin.
+    let onnx_dir = root().join("examples/models/digits-onnx");
+    let graphs = ModelGraphs::load(&onnx_dir, &[("digits".into(), onnx_dir.join("digits.onnx"))]).expect("digits.onnx");
+    let graph = graphs.get("digits").expect("graph").clone();
+    let onnx_tag = StageTag {
+        model: "digits-onnx".into(),
+        version: "1".into(),
+        stage: "predict",
+        shared: Arc::new(ModelShared::with_graphs(graphs)),
+    };
+    let onnx_template = StageTemplate::load(
+        &runtime,
+        StageKind::Predict,
+        &onnx_dir.join("predict.wasm"),
+        &onnx_dir,
+        onnx_tag,
+        limits,
+        &[],
+    )
+    .expect("digits-onnx predict.wasm (run ./scripts/build-plugins.sh)");
+    let mut onnx_instance = onnx_template.instantiate().expect("instance");
+
     let mut group = c.benchmark_group("digits_forward");
     for n in [1usize, 8, 32] {
         let x = images(n);
@@ -86,6 +111,28 @@ fn forward_pass(c: &mut Criterion) {
                     data: bytes.clone(),
                 }];
                 let prediction = instance.predict(batch).expect("no trap").expect("no batch error");
+                std::hint::black_box(prediction);
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("tract", n), &n, |b, &n| {
+            b.iter(|| {
+                let input = NnTensor {
+                    dimensions: vec![n as u32, INPUTS as u32],
+                    ty: TensorType::Fp32,
+                    data: bytes.clone(),
+                };
+                std::hint::black_box(graph.run(vec![("input-0".into(), input)]).expect("compute"))
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("wasm_nn", n), &n, |b, &n| {
+            b.iter(|| {
+                let batch = vec![Tensor {
+                    name: "input-0".into(),
+                    datatype: DataType::Fp32,
+                    shape: vec![n as u64, INPUTS as u64],
+                    data: bytes.clone(),
+                }];
+                let prediction = onnx_instance.predict(batch).expect("no trap").expect("no batch error");
                 std::hint::black_box(prediction);
             })
         });

@@ -730,3 +730,35 @@ async fn standard_input_to_standard_output() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot be used with"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_grpc_a_line_sent_alone_keeps_its_exact_status() {
+    // 422 and 400 share INVALID_ARGUMENT: the exact status comes from the item-status
+    // trailer, which a lone failed item carries too (this line used to be answered 400
+    // whenever it happened to go alone).
+    let models = faulty_models();
+    let server = TestServer::start_with_grpc(ServeConfig::for_repository(models.path())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("one.jsonl");
+    std::fs::write(&input, x_line(&[-5.0]) + "\n").unwrap();
+    let grpc = server.grpc_address.expect("gRPC").to_string();
+    let list = args(&[
+        "-m",
+        "faulty",
+        "-i",
+        &input.display().to_string(),
+        "-u",
+        &grpc,
+        "-t",
+        "grpc",
+    ]);
+    let run = infer(list, &dir.path().join("out.jsonl")).await;
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let line = run.answer(0);
+    assert_eq!(line["status"], 422, "{line}");
+    assert!(
+        line["error"].as_str().unwrap_or("").contains("faulty: item rejected"),
+        "{line}"
+    );
+    server.stop().await;
+}

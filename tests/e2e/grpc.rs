@@ -176,14 +176,18 @@ async fn a_bad_item_fails_the_call_and_the_trailer_has_every_items_status() {
     assert_eq!(items[3], json!({"status": 200}));
     assert_eq!(items.as_array().unwrap().len(), 4);
 
-    // The bad image alone: its own status, no trailer.
+    // The bad image alone: its own status, and its exact HTTP-style status in the trailer
+    // (INVALID_ARGUMENT stands for 400 and 422 alike).
     let status = client
         .model_infer(digits_request(&pixels[2 * 64..3 * 64], 1, true))
         .await
         .expect_err("bad image");
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(status.message().contains("pixel value 99"), "{}", status.message());
-    assert!(status.metadata().get("tensorplug-item-status").is_none());
+    let trailer = status.metadata().get("tensorplug-item-status").expect("a trailer");
+    let items: Value = serde_json::from_str(trailer.to_str().unwrap()).unwrap();
+    assert_eq!(items.as_array().map(Vec::len), Some(1));
+    assert_eq!(items[0]["status"], 400);
 
     // Requests the protocol refuses, as REST refuses them (400 there).
     let mut short = digits_request(&pixels[..10], 1, false);

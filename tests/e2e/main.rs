@@ -15,6 +15,7 @@ mod faults;
 mod grpc;
 mod logs;
 mod metrics;
+mod nn;
 mod repository;
 mod sandbox;
 mod shutdown;

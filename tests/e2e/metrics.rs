@@ -315,3 +315,39 @@ async fn the_server_is_ready_only_when_every_model_it_should_serve_is() {
     assert!(grpc_ready(client).await);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_is_loading_is_not_ready_in_the_protocols_words() {
+    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 1", "instances = 1"));
+    let server = TestServer::start(repository.path()).await;
+    // A second model whose init takes 1.5 s, added while the server runs (poll mode).
+    let slow = repository.path().join("slow");
+    std::fs::create_dir(&slow).expect("folder");
+    std::fs::copy(repository.path().join("faulty/predict.wasm"), slow.join("predict.wasm")).expect("copy");
+    let toml = format!(
+        "{}\n[parameters]\nsleep_init_ms = \"1500\"\n",
+        common::faulty_config("max_batch_size = 1", "instances = 1\ninit_timeout_ms = 10000")
+    );
+    std::fs::write(slow.join("model.toml"), toml).expect("model.toml");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = server.get("/v2/models/slow/ready").await;
+        if status == 503 {
+            assert_eq!(body, json!({"name": "slow", "ready": false}));
+            assert_eq!(
+                server.get("/v2/health/ready").await.0,
+                503,
+                "the server waits for it too"
+            );
+            break;
+        }
+        assert_eq!(status, 404, "unknown until the watcher sees the folder: {body}");
+        assert!(tokio::time::Instant::now() < deadline, "never seen loading");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while server.get("/v2/models/slow/ready").await.0 != 200 {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.stop().await;
+}

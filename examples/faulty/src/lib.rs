@@ -24,6 +24,10 @@
 //! | -17 | sets the counter `batches` as a gauge; the refusal becomes the item's 422 |
 //! | -18 | declares metadata after init; the refusal becomes the item's 422 |
 //! | -19 | creates metric names until the host refuses; the refusal becomes the item's 422 |
+//! | -20 | runs the `wasi:nn` graph `digits` (`[graphs]`) in a loop, forever (deadline) |
+//! | -21 | runs `digits` on an input of the wrong shape; the host's refusal is the item's error |
+//! | -22 | runs `digits` on an input of the wrong type; the host's refusal is the item's error |
+//! | -23 | passes graph bytes to `wasi:nn`'s `load`; the host's refusal becomes the item's 422 |
 //!
 //! It keeps metrics: the counter `batches`, the gauge `last_batch_size` and the histogram
 //! `item_value` (each item's |x|), and declares the metadata `purpose` and `scale`.
@@ -78,6 +82,16 @@ impl Predictor for Faulty {
             if let Some(error) = misuse {
                 failures.push(error.at(i as u32));
             }
+            let nn_failure = match fault_code(v) {
+                Some(20) => nn_loop(),
+                Some(21) => nn_compute(Tensor::from_f32("input-0", &[1, 63], &[0.0; 63])).err(),
+                Some(22) => nn_compute(Tensor::from_i32("input-0", &[1, 64], &[0; 64])).err(),
+                Some(23) => nn_load_bytes().err(),
+                _ => None,
+            };
+            if let Some(error) = nn_failure {
+                failures.push(error.at(i as u32));
+            }
             match fault_code(v) {
                 Some(1) => panic!("faulty: panic requested"),
                 Some(2) => spin(),
@@ -127,10 +141,37 @@ impl Predictor for Faulty {
     }
 }
 
-/// `Some(k)` when `v` is exactly `-k` for a fault code `k` in 1..=19.
+/// `Some(k)` when `v` is exactly `-k` for a fault code `k` in 1..=23.
 fn fault_code(v: f32) -> Option<u8> {
     let code = -v;
-    (code.fract() == 0.0 && (1.0..=19.0).contains(&code)).then_some(code as u8)
+    (code.fract() == 0.0 && (1.0..=23.0).contains(&code)).then_some(code as u8)
+}
+
+/// Runs the graph `digits` once on `input`.
+fn nn_compute(input: Tensor) -> Result<Vec<Tensor>, ItemError> {
+    Ok(nn::Graph::by_name("digits")?.compute(&[input])?)
+}
+
+/// Runs the graph `digits` until the host stops the call.
+fn nn_loop() -> Option<ItemError> {
+    let graph = match nn::Graph::by_name("digits") {
+        Ok(graph) => graph,
+        Err(error) => return Some(error.into()),
+    };
+    let zeros = Tensor::from_f32("input-0", &[1, 64], &[0.0; 64]);
+    loop {
+        black_box(graph.compute(std::slice::from_ref(&zeros)).ok());
+    }
+}
+
+/// Asks the host to load a graph from bytes, which it refuses.
+fn nn_load_bytes() -> Result<(), ItemError> {
+    use tensorplug_guest::bindings::predictor::wasi::nn::graph;
+    let bytes = std::fs::read(format!("{}/model.toml", tensorplug_guest::MODEL_DIR)).unwrap_or_default();
+    match graph::load(&[bytes], graph::GraphEncoding::Onnx, graph::ExecutionTarget::Cpu) {
+        Ok(_) => Ok(()),
+        Err(error) => Err(ItemError::new(422, format!("{:?}: {}", error.code(), error.data()))),
+    }
 }
 
 /// Opens the model's own config again and again, keeping every handle.

@@ -119,9 +119,19 @@ fn parameters(map: HashMap<String, InferParameter>) -> Vec<(String, ParameterVal
 
 /// A successful answer: every output's data in `raw_output_contents` (as Triton answers).
 pub fn response(model: &Model, id: Option<String>, outputs: Vec<Tensor>) -> ModelInferResponse {
+    answer(model.config.name.clone(), model.config.version.clone(), id, outputs)
+}
+
+/// [`response`] for any model name and version.
+pub fn answer(
+    model_name: String,
+    model_version: String,
+    id: Option<String>,
+    outputs: Vec<Tensor>,
+) -> ModelInferResponse {
     let mut message = ModelInferResponse {
-        model_name: model.config.name.clone(),
-        model_version: model.config.version.clone(),
+        model_name,
+        model_version,
         id: id.unwrap_or_default(),
         parameters: HashMap::new(),
         outputs: Vec::with_capacity(outputs.len()),

@@ -12,7 +12,7 @@
 
 pub mod budget;
 pub mod codec;
-mod convert;
+pub mod convert;
 mod health;
 pub mod incoming;
 pub mod metrics;

@@ -27,8 +27,8 @@ use crate::api::ServeError;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::serving::RepositoryError;
 
-/// Trailer of a partly failed multi-item answer: a JSON array, one entry per item in
-/// request order, `{"status": 200}` or `{"status": 400, "error": "..."}` (ASCII only:
+/// Trailer of a failed answer (one item, or a multi-item request whose items partly
+/// failed): a JSON array, one entry per item in request order, `{"status": 200}` or `{"status": 400, "error": "..."}` (ASCII only:
 /// other characters are `\u` escapes).
 pub const ITEM_STATUS_TRAILER: &str = "tensorplug-item-status";
 
@@ -84,7 +84,12 @@ pub fn item_code(status: u16) -> Code {
 
 /// The gRPC status of a single-item request's failure.
 pub fn item_status(error: &ItemError) -> Status {
-    Status::new(item_code(error.status), error.message.clone())
+    let mut status = Status::new(item_code(error.status), error.message.clone());
+    // The exact HTTP-style status (422 and 400 share a code), as for multi-item answers.
+    if let Ok(value) = MetadataValue::try_from(item_status_json(&[Err(error.clone())])) {
+        status.metadata_mut().insert(ITEM_STATUS_TRAILER, value);
+    }
+    status
 }
 
 /// The gRPC status of a multi-item request whose items partly (or all) failed.

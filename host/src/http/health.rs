@@ -53,22 +53,19 @@ pub async fn model_metadata(State(state): State<Arc<AppState>>, Path(path): Path
 /// `GET /v2/models/{m}/ready`: `{"name", "ready"}`, with 503 while the model loads or the
 /// server drains; 404 for a model or version the server does not serve.
 pub async fn model_ready(State(state): State<Arc<AppState>>, Path(path): Path<ModelPath>) -> Response {
-    match find_model(&state.repository, &path.model, path.version.as_deref()) {
-        Ok(model) => {
-            let ready = state.repository.model_ready(&model.config.name);
-            let status = if ready {
-                StatusCode::OK
-            } else {
-                StatusCode::SERVICE_UNAVAILABLE
-            };
-            (
-                status,
-                Json(serde_json::json!({ "name": model.config.name, "ready": ready })),
-            )
-                .into_response()
-        }
-        Err(e) => e.into_response(),
-    }
+    let ready = match find_model(&state.repository, &path.model, path.version.as_deref()) {
+        Ok(model) => state.repository.model_ready(&model.config.name),
+        // Known and on its way: not ready, in the protocol's words.
+        Err(api::ServeError::ModelNotReady(_)) => false,
+        Err(e) => return e.into_response(),
+    };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let name = crate::protocol::clip(&path.model).into_owned();
+    (status, Json(serde_json::json!({ "name": name, "ready": ready }))).into_response()
 }
 
 /// Any route the server does not have: a V2 error body rather than an empty 404.
@@ -122,6 +119,7 @@ fn model_statistics(model: &Model) -> serde_json::Value {
             "instance_replacements": stats.replacements,
             "timeouts": stats.timeouts,
             "queue_depth": model.queue_depth(),
+            "graph_bytes": model.shared.graphs.bytes(),
         },
     })
 }

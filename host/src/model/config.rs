@@ -97,6 +97,11 @@ pub struct ModelConfig {
     pub limits: Limits,
     /// `[parameters]` as text, handed to every stage's `init`.
     pub parameters: Vec<(String, String)>,
+    /// `[graphs]`: the ONNX graphs plugins load by name through `wasi:nn`, as (name, path
+    /// inside the model folder). The paths are plain relative paths without `..`; that
+    /// they stay inside the folder once symlinks are resolved is checked when they are
+    /// read (see [`graph_path_inside`]).
+    pub graphs: Vec<(String, PathBuf)>,
 }
 
 #[derive(Deserialize)]
@@ -114,6 +119,8 @@ struct RawModel {
     limits: RawLimits,
     #[serde(default)]
     parameters: BTreeMap<String, toml::Value>,
+    #[serde(default)]
+    graphs: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -339,6 +346,22 @@ impl ModelConfig {
             .map(|(name, value)| (name, parameter_text(value)))
             .collect();
 
+        let mut graphs = Vec::with_capacity(raw.graphs.len());
+        if raw.graphs.len() > MAX_GRAPHS {
+            return Err(format!(
+                "key `graphs`: {} graphs; a model may name at most {MAX_GRAPHS}",
+                raw.graphs.len()
+            ));
+        }
+        for (graph, file) in raw.graphs {
+            if !is_valid_graph_name(&graph) {
+                return Err(format!(
+                    "key `graphs.{graph}`: {graph:?} is not a valid graph name (1-64 letters, digits, '-', '_', '.')"
+                ));
+            }
+            graphs.push((graph.clone(), dir.join(graph_file(&format!("graphs.{graph}"), &file)?)));
+        }
+
         Ok(Self {
             name,
             version,
@@ -350,6 +373,7 @@ impl ModelConfig {
             batching,
             limits,
             parameters,
+            graphs,
         })
     }
 
@@ -376,6 +400,51 @@ fn stage_file(key: &str, file: &str) -> Result<PathBuf, String> {
         ));
     }
     Ok(path.to_path_buf())
+}
+
+/// Graphs one model may name in `[graphs]`.
+pub const MAX_GRAPHS: usize = 16;
+
+/// Whether `name` can name a graph (what a plugin passes to `load-by-name`).
+fn is_valid_graph_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A graph's path: relative, inside the model folder (subfolders allowed), no `.` or
+/// `..` components, nothing hidden.
+fn graph_file(key: &str, file: &str) -> Result<PathBuf, String> {
+    let path = Path::new(file);
+    let plain = !file.is_empty()
+        && path.components().all(|c| match c {
+            std::path::Component::Normal(part) => !part.to_string_lossy().starts_with('.'),
+            _ => false,
+        });
+    if !plain {
+        return Err(format!(
+            "key `{key}`: {file:?} must be a relative path inside the model folder (no absolute path, no `..`, nothing hidden)"
+        ));
+    }
+    Ok(path.to_path_buf())
+}
+
+/// `file` once every symlink is resolved, if it lies inside `dir` (also resolved); else
+/// why not. This is the check [`ModelConfig::graphs`]' paths get when they are read.
+pub fn graph_path_inside(dir: &Path, file: &Path) -> Result<PathBuf, String> {
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve the model folder {}: {e}", dir.display()))?;
+    let resolved = file.canonicalize().map_err(|e| format!("cannot open: {e}"))?;
+    if !resolved.starts_with(&dir) {
+        return Err(format!(
+            "resolves to {}, outside the model folder (a symlink?)",
+            resolved.display()
+        ));
+    }
+    Ok(resolved)
 }
 
 fn tensor_specs(key: &str, raw: Vec<RawTensor>) -> Result<Vec<TensorSpec>, String> {
@@ -489,6 +558,41 @@ mode = "fast"
         assert!(err(&escape).contains("key `stages.predict`"), "{}", err(&escape));
         let renamed = DIGITS.replace("name = \"digits\"", "name = \"other\"");
         assert!(err(&renamed).contains("folder name"), "{}", err(&renamed));
+    }
+
+    #[test]
+    fn graphs_stay_inside_the_folder() {
+        let with = |graphs: &str| format!("{DIGITS}\n[graphs]\n{graphs}\n");
+        let c = ModelConfig::parse(Path::new("/m/digits"), &with(r#"digits = "onnx/digits.onnx""#)).unwrap();
+        assert_eq!(
+            c.graphs,
+            vec![("digits".into(), PathBuf::from("/m/digits/onnx/digits.onnx"))]
+        );
+        for bad in [
+            "/etc/passwd",
+            "../other/x.onnx",
+            "a/../../x.onnx",
+            "./x.onnx",
+            ".hidden.onnx",
+            "",
+        ] {
+            let err = ModelConfig::parse(Path::new("/m/digits"), &with(&format!("g = {bad:?}"))).unwrap_err();
+            assert!(err.contains("key `graphs.g`"), "{bad}: {err}");
+        }
+        let err = ModelConfig::parse(Path::new("/m/digits"), &with(r#""a b" = "x.onnx""#)).unwrap_err();
+        assert!(err.contains("not a valid graph name"), "{err}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m");
+        std::fs::create_dir(&model).unwrap();
+        std::fs::write(dir.path().join("outside.onnx"), b"x").unwrap();
+        std::fs::write(model.join("inside.onnx"), b"x").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("outside.onnx"), model.join("link.onnx")).unwrap();
+        assert!(graph_path_inside(&model, &model.join("inside.onnx")).is_ok());
+        let err = graph_path_inside(&model, &model.join("link.onnx")).unwrap_err();
+        assert!(err.contains("outside the model folder"), "{err}");
+        let err = graph_path_inside(&model, &model.join("missing.onnx")).unwrap_err();
+        assert!(err.contains("cannot open"), "{err}");
     }
 
     #[test]

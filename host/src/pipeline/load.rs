@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::{PipelineInstance, PipelineTemplate};
 use crate::model::config::{ConfigError, ModelConfig, MODEL_FILE};
 use crate::model::StageKind;
+use crate::runtime::nn::ModelGraphs;
 use crate::runtime::{ModelShared, Runtime, RuntimeError, SandboxLimits, StageTag, StageTemplate};
 
 /// Why a model version could not be loaded.
@@ -46,7 +47,9 @@ impl LoadedModel {
             init_timeout: config.limits.init_timeout,
         };
         let (model, version): (Arc<str>, Arc<str>) = (config.name.as_str().into(), config.version.as_str().into());
-        let shared = Arc::new(ModelShared::default());
+        // Graphs first: parsed, optimised and planned once for every instance.
+        let graphs = ModelGraphs::load(&config.dir, &config.graphs).map_err(RuntimeError::from)?;
+        let shared = Arc::new(ModelShared::with_graphs(graphs));
         let (mut preprocess, mut predict, mut postprocess) = (None, None, None);
         for (kind, file) in &config.stages {
             let tag = StageTag {
@@ -82,9 +85,17 @@ impl LoadedModel {
         })
     }
 
-    /// The stages, as `preprocess -> predict -> postprocess`.
+    /// The stages, as `preprocess -> predict -> postprocess`, and the graphs.
     pub fn describe(&self) -> String {
         let stages: Vec<&str> = self.config.stages.iter().map(|(kind, _)| kind.name()).collect();
-        format!("version {}: {}", self.config.version, stages.join(" -> "))
+        let mut text = format!("version {}: {}", self.config.version, stages.join(" -> "));
+        if !self.shared.graphs.is_empty() {
+            text.push_str(&format!(
+                "; graphs: {} ({} bytes)",
+                self.shared.graphs.names().join(", "),
+                self.shared.graphs.bytes()
+            ));
+        }
+        text
     }
 }

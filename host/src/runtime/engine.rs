@@ -11,7 +11,7 @@ use wasmtime::component::{HasSelf, Linker};
 
 use wasmtime::{Cache, CacheConfig, Config, Engine, WasmBacktraceDetails};
 
-use super::bindings::{log, metadata, metrics};
+use super::bindings::{log, metadata, metrics, nn};
 use super::store::StoreState;
 use super::RuntimeError;
 
@@ -57,6 +57,12 @@ impl Runtime {
             .map_err(|e| RuntimeError::Engine(format!("linking metrics: {e:#}")))?;
         metadata::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
             .map_err(|e| RuntimeError::Engine(format!("linking metadata: {e:#}")))?;
+        // wasi:nn@0.2.0-rc-2024-10-28 (graph, tensor, inference, errors); see super::nn.
+        let nn_error = |e: wasmtime::Error| RuntimeError::Engine(format!("linking wasi:nn: {e:#}"));
+        nn::tensor::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state).map_err(nn_error)?;
+        nn::errors::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state).map_err(nn_error)?;
+        nn::inference::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state).map_err(nn_error)?;
+        nn::graph::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state).map_err(nn_error)?;
 
         let ticker = Ticker::start(engine.clone())?;
         Ok(Self {

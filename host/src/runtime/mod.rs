@@ -8,6 +8,7 @@ mod compile;
 mod convert;
 mod deadline;
 mod engine;
+pub mod nn;
 mod output;
 pub mod plugin_metrics;
 mod shared;
@@ -32,4 +33,6 @@ pub enum RuntimeError {
     Load { file: PathBuf, reason: String },
     #[error("{}: {reason}", file.display())]
     Init { file: PathBuf, reason: String },
+    #[error(transparent)]
+    Graph(#[from] nn::GraphError),
 }

@@ -1,10 +1,11 @@
 //! What the instances of one model version share through the host: the metrics and the
-//! metadata their plugins declare. Made afresh for every version, so a reload starts
+//! metadata their plugins declare, and the `wasi:nn` graphs of its `[graphs]`. Made afresh for every version, so a reload starts
 //! them anew and an unload takes them away.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use super::nn::ModelGraphs;
 use super::plugin_metrics::PluginMetrics;
 
 /// Keys one model may declare.
@@ -19,9 +20,19 @@ pub const MAX_METADATA_VALUE_BYTES: usize = 4096;
 pub struct ModelShared {
     pub metrics: PluginMetrics,
     metadata: Mutex<BTreeMap<String, String>>,
+    /// Parsed, optimised and runnable once per version; every instance runs them.
+    pub graphs: ModelGraphs,
 }
 
 impl ModelShared {
+    /// The shared state of a version whose graphs are `graphs`.
+    pub fn with_graphs(graphs: ModelGraphs) -> Self {
+        Self {
+            graphs,
+            ..Self::default()
+        }
+    }
+
     /// Records `key` = `value` (the last value for a key wins), or says which rule it breaks.
     pub fn declare_metadata(&self, key: &str, value: String) -> Result<(), String> {
         let valid = key

@@ -250,6 +250,7 @@ fn call<R>(
 ) -> Result<R, Trapped> {
     let limit = template.limits.call_timeout;
     store.set_epoch_deadline(super::engine::deadline_ticks(limit));
+    store.data_mut().arm_deadline(limit);
     store.data_mut().reset_log_budget();
     let result = deadline::within(limit, make(store));
     let output = store.data().take_output();

@@ -10,6 +10,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use wasmtime::{Engine, Store};
 use wasmtime_wasi::{FsPerms, ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -124,6 +125,9 @@ pub struct StoreState {
     log_budget: LogBudget,
     /// Set once `init` has returned: metadata can be declared only before.
     initialised: bool,
+    /// When the current call (or instantiation and `init`) must end: `wasi:nn` compute
+    /// runs natively, where epochs do not interrupt it, so it checks this.
+    deadline: Instant,
 }
 
 impl StoreState {
@@ -134,6 +138,21 @@ impl StoreState {
 
     pub fn tag(&self) -> &StageTag {
         &self.tag
+    }
+
+    /// Starts a call that may take `limit` (for `wasi:nn` compute).
+    pub fn arm_deadline(&mut self, limit: Duration) {
+        self.deadline = Instant::now() + limit;
+    }
+
+    /// Whether the current call's time is up.
+    pub(crate) fn deadline_passed(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+
+    /// The handle table (WASI's and `wasi:nn`'s resources).
+    pub(crate) fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
     }
 
     /// Marks `init` as done.
@@ -264,6 +283,7 @@ pub fn new_store(
         tag,
         log_budget: LogBudget::default(),
         initialised: false,
+        deadline: Instant::now() + limits.init_timeout,
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limits);

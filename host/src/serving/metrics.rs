@@ -198,7 +198,7 @@ impl Collector for ModelsCollector {
             }
         }
 
-        let gauges: [GaugeFamily; 3] = [
+        let gauges: [GaugeFamily; 4] = [
             (
                 "tensorplug_queue_depth",
                 "Items waiting in the model's queue",
@@ -213,6 +213,11 @@ impl Collector for ModelsCollector {
                 "tensorplug_instances",
                 "Pipeline instances configured (limits.instances)",
                 |model, _| i64::try_from(model.config.limits.instances).unwrap_or(i64::MAX),
+            ),
+            (
+                "tensorplug_graph_bytes",
+                "Host memory held by the model's wasi:nn graphs (their files' bytes)",
+                |model, _| i64::try_from(model.shared.graphs.bytes()).unwrap_or(i64::MAX),
             ),
         ];
         for (name, help, read) in gauges {

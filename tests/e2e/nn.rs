@@ -1,0 +1,341 @@
+//! `wasi:nn`: the digits MLP as an ONNX graph (model `digits-onnx`) against scikit-learn's
+//! answers, and every way a graph or a plugin's use of it can go wrong: missing, escaping
+//! and corrupt graphs fail their model's load (the others keep serving; `check` explains
+//! them), bad inputs fail their item, and compute in a loop is cut off at the deadline.
+
+use crate::common;
+use crate::digits::{assert_matches, cases, Case};
+
+use std::path::{Path, PathBuf};
+
+use common::{output, output_f32, request, TestServer};
+use serde_json::{json, Value};
+
+const INFER: &str = "/v2/models/digits-onnx/infer";
+
+fn examples() -> PathBuf {
+    common::root().join("examples/models")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digits_onnx_answers_the_450_oracle_requests_one_by_one() {
+    let server = TestServer::start(&examples()).await;
+    let requests = std::fs::read_to_string(common::root().join("tests/data/digits/test_requests.jsonl")).unwrap();
+    for (line, case) in requests.lines().zip(cases()) {
+        let (status, body) = server.post_raw(INFER, line.as_bytes().to_vec(), None).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["model_name"], "digits-onnx");
+        let label = output(&body, "label")["data"][0].as_i64().unwrap();
+        assert_matches(&case, label, &output_f32(&body, "probabilities"), line);
+        assert_eq!(output(&body, "label")["shape"], json!([1, 1]));
+        assert_eq!(output(&body, "probabilities")["shape"], json!([1, 10]));
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digits_onnx_answers_batched_requests_like_digits() {
+    let server = TestServer::start(&examples()).await;
+    let cases = cases();
+    // Every image once, in requests of 32 (one predict call each) and of 7, in both shapes.
+    for (size, shape8x8) in [(32, false), (7, true)] {
+        for chunk in cases.chunks(size) {
+            let pixels: Vec<f32> = chunk.iter().flat_map(|c| c.pixels.clone()).collect();
+            let n = chunk.len() as u64;
+            let shape = if shape8x8 { vec![n, 8, 8] } else { vec![n, 64] };
+            let (status, body) = server
+                .post_json(INFER, &request("input-0", "FP32", &shape, json!(pixels)))
+                .await;
+            assert_eq!(status, 200, "{body}");
+            let labels = output(&body, "label")["data"].as_array().unwrap().clone();
+            let proba = output_f32(&body, "probabilities");
+            for (i, case) in chunk.iter().enumerate() {
+                let label = labels[i].as_i64().unwrap();
+                assert_matches(
+                    case,
+                    label,
+                    &proba[i * 10..(i + 1) * 10],
+                    &format!("{shape:?} item {i}"),
+                );
+            }
+        }
+    }
+    // The same answers as the hand-written digits, a bad pixel included (preprocess's 400).
+    let mut pixels: Vec<f32> = cases[..4].iter().flat_map(|c| c.pixels.clone()).collect();
+    pixels[2 * 64 + 5] = 99.0;
+    let body = request("input-0", "FP32", &[4, 64], json!(pixels));
+    let (status, onnx) = server.post_json(INFER, &body).await;
+    let (digits_status, digits) = server.post_json("/v2/models/digits/infer", &body).await;
+    assert_eq!((status, digits_status), (207, 207), "{onnx}");
+    for (a, b) in onnx["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(digits["results"].as_array().unwrap())
+    {
+        assert_eq!(a["status"], b["status"]);
+        assert_eq!(a["error"], b["error"]);
+    }
+    // Metadata: the same inputs and outputs as digits.
+    let (_, meta) = server.get("/v2/models/digits-onnx").await;
+    let (_, digits_meta) = server.get("/v2/models/digits").await;
+    assert_eq!(meta["inputs"], digits_meta["inputs"]);
+    assert_eq!(meta["outputs"], digits_meta["outputs"]);
+    // The graph's host memory in the model's statistics: its file's bytes.
+    let graph_bytes = std::fs::metadata(examples().join("digits-onnx/digits.onnx"))
+        .unwrap()
+        .len();
+    assert_eq!(common::stats(&server, "digits-onnx").await["graph_bytes"], graph_bytes);
+    assert_eq!(common::stats(&server, "digits").await["graph_bytes"], 0);
+    let metrics = common::metrics::scrape(&server).await;
+    let labels = [("model", "digits-onnx"), ("version", "1")];
+    assert_eq!(metrics.value("tensorplug_graph_bytes", &labels), graph_bytes as f64);
+    server.stop().await;
+}
+
+/// The 450 test images with the CNN's own answers (tests/data/digits-cnn, written with
+/// the graph by examples/digits-cnn/train.py).
+fn cnn_cases() -> Vec<Case> {
+    let oracle = std::fs::read_to_string(common::root().join("tests/data/digits-cnn/test_oracle.jsonl")).unwrap();
+    cases()
+        .into_iter()
+        .zip(oracle.lines())
+        .map(|(case, line)| {
+            let o: Value = serde_json::from_str(line).unwrap();
+            Case {
+                pixels: case.pixels,
+                predict: o["predict"].as_i64().unwrap(),
+                proba: o["predict_proba"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap() as f32)
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digits_cnn_matches_its_oracle_one_by_one_and_batched() {
+    let server = TestServer::start(&examples()).await;
+    let infer = "/v2/models/digits-cnn/infer";
+    let cases = cnn_cases();
+    let mlp = crate::digits::cases();
+    let mut agree = 0;
+    for (i, case) in cases.iter().enumerate() {
+        let (status, body) = server
+            .post_json(infer, &request("input-0", "FP32", &[1, 8, 8], json!(case.pixels)))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let label = output(&body, "label")["data"][0].as_i64().unwrap();
+        assert_matches(
+            case,
+            label,
+            &output_f32(&body, "probabilities"),
+            &format!("cnn image {i}"),
+        );
+        agree += usize::from(label == mlp[i].predict);
+    }
+    assert!(agree > 430, "{agree} of 450 agree with the MLP");
+    for chunk in cases.chunks(32) {
+        let pixels: Vec<f32> = chunk.iter().flat_map(|c| c.pixels.clone()).collect();
+        let (status, body) = server
+            .post_json(
+                infer,
+                &request("input-0", "FP32", &[chunk.len() as u64, 64], json!(pixels)),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let labels = output(&body, "label")["data"].as_array().unwrap().clone();
+        let proba = output_f32(&body, "probabilities");
+        for (i, case) in chunk.iter().enumerate() {
+            let label = labels[i].as_i64().unwrap();
+            assert_matches(
+                case,
+                label,
+                &proba[i * 10..(i + 1) * 10],
+                &format!("cnn batch item {i}"),
+            );
+        }
+    }
+    server.stop().await;
+}
+
+/// A copy of the digits-onnx model folder at `repository/name`, its `model.toml`'s graph
+/// line replaced by `graphs` (e.g. `digits = "nope.onnx"`).
+fn digits_onnx_copy(repository: &Path, name: &str, graphs: &str) -> PathBuf {
+    let from = examples().join("digits-onnx");
+    let dir = repository.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&from).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+    }
+    let toml = std::fs::read_to_string(from.join("model.toml"))
+        .unwrap()
+        .replace("name = \"digits-onnx\"", &format!("name = \"{name}\""))
+        .replace("digits = \"digits.onnx\"", graphs);
+    std::fs::write(dir.join("model.toml"), toml).unwrap();
+    dir
+}
+
+/// A repository with one good graph model and one of each broken kind.
+fn broken_graphs() -> tempfile::TempDir {
+    common::require_plugins(&examples());
+    let repository = tempfile::tempdir().unwrap();
+    let root = repository.path();
+    digits_onnx_copy(root, "good", "digits = \"digits.onnx\"");
+    digits_onnx_copy(root, "missing", "digits = \"nope.onnx\"");
+    digits_onnx_copy(root, "escape", "digits = \"../good/digits.onnx\"");
+    let link = digits_onnx_copy(root, "symlink", "digits = \"linked.onnx\"");
+    std::os::unix::fs::symlink(root.join("good/digits.onnx"), link.join("linked.onnx")).unwrap();
+    let corrupt = digits_onnx_copy(root, "corrupt", "digits = \"digits.onnx\"");
+    std::fs::write(corrupt.join("digits.onnx"), b"this is not a protobuf \xff\xff\xff\xff").unwrap();
+    repository
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_graphs_fail_their_load_and_the_others_keep_serving() {
+    let repository = broken_graphs();
+    let server = TestServer::start(repository.path()).await;
+    let index = common::index(&server).await;
+    let entry = |name: &str| -> Value {
+        index
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} not in {index}"))
+    };
+    assert_eq!(entry("good")["state"], "READY", "{index}");
+    for (name, needles) in [
+        ("missing", &["nope.onnx", "cannot open"][..]),
+        ("escape", &["graphs.digits", "inside the model folder"][..]),
+        ("symlink", &["linked.onnx", "outside the model folder"][..]),
+        ("corrupt", &["digits.onnx", "not a valid ONNX graph"][..]),
+    ] {
+        let e = entry(name);
+        assert_eq!(e["state"], "UNAVAILABLE", "{e}");
+        let reason = e["reason"].as_str().unwrap_or_default();
+        for needle in needles {
+            assert!(reason.contains(needle), "{name}: {reason:?} should mention {needle:?}");
+        }
+    }
+    let pixels = cases()[0].pixels.clone();
+    let (status, body) = server
+        .post_json(
+            "/v2/models/good/infer",
+            &request("input-0", "FP32", &[1, 64], json!(pixels)),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.get("/v2/models/corrupt/ready").await.0, 404);
+    server.stop().await;
+}
+
+#[test]
+fn check_reports_graph_problems() {
+    let repository = broken_graphs();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tensorplug"))
+        .arg("check")
+        .arg(repository.path())
+        .arg("--no-cache")
+        .output()
+        .expect("run tensorplug check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.contains(&format!("{name}:")) || l.split_whitespace().any(|w| w == name))
+            .unwrap_or_else(|| panic!("no line for {name} in {stdout}"))
+            .to_string()
+    };
+    assert!(line("good").contains("graphs: digits"), "{stdout}");
+    assert!(line("missing").contains("nope.onnx"), "{stdout}");
+    assert!(line("escape").contains("graphs.digits"), "{stdout}");
+    assert!(line("symlink").contains("outside the model folder"), "{stdout}");
+    assert!(line("corrupt").contains("not a valid ONNX graph"), "{stdout}");
+}
+
+/// The faulty plugin with the digits graph (`[graphs] digits`), a short deadline.
+fn faulty_with_graph() -> tempfile::TempDir {
+    let config = common::faulty_config("max_batch_size = 8", "timeout_ms = 300\ninstances = 1")
+        + "\n[graphs]\ndigits = \"digits.onnx\"\n";
+    let repository = common::faulty_repository(&config);
+    std::fs::copy(
+        examples().join("digits-onnx/digits.onnx"),
+        repository.path().join("faulty/digits.onnx"),
+    )
+    .unwrap();
+    repository
+}
+
+async fn faulty_batch(server: &TestServer, xs: &[f32]) -> (u16, Value) {
+    server
+        .post_json(
+            "/v2/models/faulty/infer",
+            &request("x", "FP32", &[xs.len() as u64, 1], json!(xs)),
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_graph_inputs_fail_their_item_and_load_from_bytes_is_refused() {
+    let repository = faulty_with_graph();
+    let server = TestServer::start(repository.path()).await;
+    let (status, body) = faulty_batch(&server, &[1.0, -21.0, 2.0, -22.0, -23.0]).await;
+    assert_eq!(status, 207, "{body}");
+    let results = body["results"].as_array().unwrap();
+    for i in [0, 2] {
+        assert_eq!(results[i]["status"], 200, "{body}");
+    }
+    let shape = results[1]["error"].as_str().unwrap();
+    assert_eq!(results[1]["status"], 400, "{body}");
+    assert!(
+        shape.contains("invalid input 'input-0'") && shape.contains("[1, 63]"),
+        "{shape}"
+    );
+    let datatype = results[3]["error"].as_str().unwrap();
+    assert_eq!(results[3]["status"], 400, "{body}");
+    assert!(
+        datatype.contains("invalid-argument") && datatype.contains("element type I32"),
+        "{datatype}"
+    );
+    let refused = results[4]["error"].as_str().unwrap();
+    assert_eq!(results[4]["status"], 422, "{body}");
+    assert!(refused.contains("load-by-name"), "{refused}");
+    assert_eq!(common::stats(&server, "faulty").await["traps"], 0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compute_in_a_loop_past_the_deadline_fails_its_item_only() {
+    let repository = faulty_with_graph();
+    let server = TestServer::start(repository.path()).await;
+    let started = std::time::Instant::now();
+    let (status, body) = faulty_batch(&server, &[1.0, -20.0, 3.0]).await;
+    assert_eq!(status, 207, "{body}");
+    let results = body["results"].as_array().unwrap();
+    assert_eq!(results[0]["status"], 200, "{body}");
+    assert_eq!(results[2]["status"], 200, "{body}");
+    assert_eq!(results[1]["status"], 504, "{body}");
+    let error = results[1]["error"].as_str().unwrap();
+    assert!(error.contains("time limit of 300 ms"), "{error}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // The replaced instance runs the shared graph as before.
+    let (status, body) = faulty_batch(&server, &[4.0, -21.0]).await;
+    assert_eq!(status, 207, "{body}");
+    assert_eq!(body["results"][0]["status"], 200, "{body}");
+    assert_eq!(body["results"][1]["status"], 400, "{body}");
+    let stats = common::stats(&server, "faulty").await;
+    assert!(stats["instance_replacements"].as_u64().unwrap() >= 1, "{stats}");
+    assert!(stats["timeouts"].as_u64().unwrap() >= 1, "{stats}");
+    server.stop().await;
+}
