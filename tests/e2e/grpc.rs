@@ -43,6 +43,11 @@ async fn channel(server: &TestServer) -> Channel {
 
 /// A digits request of `rows` images, as typed `fp32_contents` or as raw bytes.
 fn digits_request(pixels: &[f32], rows: i64, raw: bool) -> ModelInferRequest {
+    model_request("digits", pixels, rows, raw)
+}
+
+/// [`digits_request`] for any model with digits' input.
+fn model_request(model: &str, pixels: &[f32], rows: i64, raw: bool) -> ModelInferRequest {
     let (contents, raw_input_contents) = if raw {
         (None, vec![pixels.iter().flat_map(|p| p.to_le_bytes()).collect()])
     } else {
@@ -55,7 +60,7 @@ fn digits_request(pixels: &[f32], rows: i64, raw: bool) -> ModelInferRequest {
         )
     };
     ModelInferRequest {
-        model_name: "digits".into(),
+        model_name: model.into(),
         id: "req-1".into(),
         inputs: vec![InferInputTensor {
             name: "input-0".into(),
@@ -72,6 +77,11 @@ fn digits_request(pixels: &[f32], rows: i64, raw: bool) -> ModelInferRequest {
 /// The probabilities and labels of a digits answer (always in raw contents).
 fn digits_answer(response: &ModelInferResponse) -> (Vec<f32>, Vec<i64>) {
     assert_eq!(response.model_name, "digits");
+    model_answer(response)
+}
+
+/// [`digits_answer`] for any model with digits' outputs.
+fn model_answer(response: &ModelInferResponse) -> (Vec<f32>, Vec<i64>) {
     assert_eq!(response.model_version, "1");
     assert_eq!(response.outputs.len(), 2);
     assert_eq!(response.raw_output_contents.len(), 2);
@@ -97,6 +107,43 @@ fn digits_answer(response: &ModelInferResponse) -> (Vec<f32>, Vec<i64>) {
         }
     }
     (proba, labels)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digits_onnx_answers_the_oracle_over_grpc_typed_and_raw_single_and_batched() {
+    // The ONNX graph through wasi:nn (examples/models/digits-onnx), as its REST tests do.
+    let (server, mut client) = start(ServeConfig::for_repository(repository())).await;
+    let all = cases();
+    for (i, case) in all.iter().enumerate() {
+        let raw = i % 2 == 0;
+        let response = client
+            .model_infer(model_request("digits-onnx", &case.pixels, 1, raw))
+            .await
+            .unwrap_or_else(|s| panic!("case {i}: {s:?}"))
+            .into_inner();
+        assert_eq!(response.model_name, "digits-onnx");
+        let (proba, labels) = model_answer(&response);
+        assert_matches(case, labels[0], &proba, &format!("gRPC digits-onnx case {i}"));
+    }
+    for (k, chunk) in all.chunks(32).enumerate() {
+        let pixels: Vec<f32> = chunk.iter().flat_map(|c| c.pixels.clone()).collect();
+        let rows = chunk.len() as i64;
+        let response = client
+            .model_infer(model_request("digits-onnx", &pixels, rows, k % 2 == 0))
+            .await
+            .unwrap_or_else(|s| panic!("batch {k}: {s:?}"))
+            .into_inner();
+        let (proba, labels) = model_answer(&response);
+        for (i, case) in chunk.iter().enumerate() {
+            assert_matches(
+                case,
+                labels[i],
+                &proba[i * 10..(i + 1) * 10],
+                &format!("batch {k} item {i}"),
+            );
+        }
+    }
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
