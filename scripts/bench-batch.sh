@@ -34,27 +34,10 @@ for transport in $transports; do
     esac
 done
 
-./scripts/build-plugins.sh >&2
-cargo build --release --bin tensorplug >&2
-target_dir="$(cargo metadata --format-version 1 --no-deps |
-    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-[[ -n "$target_dir" ]] || { echo "bench-batch: no target_directory in cargo metadata" >&2; exit 1; }
-bin="$target_dir/release/tensorplug"
-
-work="$(mktemp -d)"
-server_pid=""
-cleanup() {
-    if [[ -n "$server_pid" ]]; then
-        kill "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
+# Builds the plugins and the release binaries; sets `server`, `work`, `free_port` and the
+# cleanup of `server_pid`.
+source scripts/bench-common.sh
+bin="$server"
 
 # The 450 requests, repeated (in order) to $lines lines.
 input="$work/in.jsonl"

@@ -10,4 +10,4 @@ pub mod repository;
 
 pub use error::ServeError;
 pub use infer::{find_model, infer, Inference};
-pub use metadata::model_metadata;
+pub use metadata::{model_metadata, model_ready};

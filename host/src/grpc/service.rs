@@ -162,13 +162,9 @@ impl GrpcInferenceService for Inference {
     /// ready); NOT_FOUND for a model or version it does not serve.
     async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
         let request = request.into_inner();
-        let result = match api::find_model(&self.repository, &request.name, version(&request.version)) {
-            Ok(model) => Ok(ModelReadyResponse {
-                ready: self.repository.model_ready(&model.config.name),
-            }),
-            Err(ServeError::ModelNotReady(_)) => Ok(ModelReadyResponse { ready: false }),
-            Err(e) => Err(status_of(&e)),
-        };
+        let result = api::model_ready(&self.repository, &request.name, version(&request.version))
+            .map(|ready| ModelReadyResponse { ready })
+            .map_err(|e| status_of(&e));
         self.counted("ModelReady", result)
     }
 

@@ -53,10 +53,8 @@ pub async fn model_metadata(State(state): State<Arc<AppState>>, Path(path): Path
 /// `GET /v2/models/{m}/ready`: `{"name", "ready"}`, with 503 while the model loads or the
 /// server drains; 404 for a model or version the server does not serve.
 pub async fn model_ready(State(state): State<Arc<AppState>>, Path(path): Path<ModelPath>) -> Response {
-    let ready = match find_model(&state.repository, &path.model, path.version.as_deref()) {
-        Ok(model) => state.repository.model_ready(&model.config.name),
-        // Known and on its way: not ready, in the protocol's words.
-        Err(api::ServeError::ModelNotReady(_)) => false,
+    let ready = match api::model_ready(&state.repository, &path.model, path.version.as_deref()) {
+        Ok(ready) => ready,
         Err(e) => return e.into_response(),
     };
     let status = if ready {

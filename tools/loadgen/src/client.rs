@@ -51,6 +51,29 @@ pub struct Schedule {
 
 type Sender = SendRequest<Full<Bytes>>;
 
+/// Awaits `connecting` within the schedule's timeout; a failure is counted as an error
+/// (and followed by a short pause, so that a refusing server is not hammered).
+pub async fn connect_counted<T>(
+    schedule: &Schedule,
+    stats: &mut ClientStats,
+    addr: SocketAddr,
+    connecting: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> Option<T> {
+    match tokio::time::timeout(schedule.timeout, connecting).await {
+        Ok(Ok(connected)) => Some(connected),
+        Ok(Err(e)) => {
+            stats.count_error(Instant::now() >= schedule.measure_from, format!("{e:#}"));
+            tokio::time::sleep(RECONNECT_PAUSE).await;
+            None
+        }
+        Err(_) => {
+            let text = format!("connecting to {addr} timed out after {:?}", schedule.timeout);
+            stats.count_error(Instant::now() >= schedule.measure_from, text);
+            None
+        }
+    }
+}
+
 /// Runs client number `index` until `schedule.end`; returns what it counted.
 pub async fn run(index: usize, target: Arc<Target>, schedule: Schedule, histogram: Histogram<u64>) -> ClientStats {
     let mut stats = ClientStats::new(histogram);
@@ -63,19 +86,9 @@ pub async fn run(index: usize, target: Arc<Target>, schedule: Schedule, histogra
             break;
         }
         if connection.as_ref().is_none_or(Sender::is_closed) {
-            connection = None;
-            match tokio::time::timeout(schedule.timeout, connect(target.addr)).await {
-                Ok(Ok(sender)) => connection = Some(sender),
-                Ok(Err(e)) => {
-                    stats.count_error(Instant::now() >= schedule.measure_from, format!("{e:#}"));
-                    tokio::time::sleep(RECONNECT_PAUSE).await;
-                    continue;
-                }
-                Err(_) => {
-                    let text = format!("connecting to {} timed out after {:?}", target.addr, schedule.timeout);
-                    stats.count_error(Instant::now() >= schedule.measure_from, text);
-                    continue;
-                }
+            connection = connect_counted(&schedule, &mut stats, target.addr, connect(target.addr)).await;
+            if connection.is_none() {
+                continue;
             }
         }
         let Some(sender) = connection.as_mut() else { continue };

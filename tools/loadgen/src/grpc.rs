@@ -12,7 +12,6 @@
 use std::error::Error as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
@@ -20,13 +19,11 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
-use crate::client::Schedule;
+use crate::client::{connect_counted, Schedule};
 use crate::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
 use crate::proto::ModelInferRequest;
 use crate::report::ClientStats;
 
-/// After a failed connection attempt, wait this long before the next one (as for REST).
-const RECONNECT_PAUSE: Duration = Duration::from_millis(20);
 /// The largest answer accepted (tonic's default is 4 MiB).
 const MAX_ANSWER_BYTES: usize = 256 * 1024 * 1024;
 
@@ -66,18 +63,9 @@ pub async fn run(index: usize, target: Arc<Target>, schedule: Schedule, histogra
             break;
         }
         if client.is_none() {
-            match tokio::time::timeout(schedule.timeout, connect(&target)).await {
-                Ok(Ok(connected)) => client = Some(connected),
-                Ok(Err(e)) => {
-                    stats.count_error(Instant::now() >= schedule.measure_from, format!("{e:#}"));
-                    tokio::time::sleep(RECONNECT_PAUSE).await;
-                    continue;
-                }
-                Err(_) => {
-                    let text = format!("connecting to {} timed out after {:?}", target.addr, schedule.timeout);
-                    stats.count_error(Instant::now() >= schedule.measure_from, text);
-                    continue;
-                }
+            client = connect_counted(&schedule, &mut stats, target.addr, connect(&target)).await;
+            if client.is_none() {
+                continue;
             }
         }
         let Some(connected) = client.as_mut() else { continue };
