@@ -4,6 +4,11 @@
 use clap::Parser;
 use tensorplug::app::config::{Cli, Command};
 
+/// jemalloc, for the reasons in Cargo.toml (the `jemalloc` feature, on by default).
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::try_parse().unwrap_or_else(|error| {

@@ -72,7 +72,10 @@ pub(crate) enum CallFailure {
 }
 
 /// One call of a stage on some items, checked against the plugin contract.
-pub(crate) type StageCall<'a, I> = dyn Fn(&mut I, &[Indexed]) -> Result<Vec<ItemOutcome>, CallFailure> + 'a;
+///
+/// The items are lent: the call may take them out of their slots while it runs, but
+/// puts them back, so that they can be re-run should it fail.
+pub(crate) type StageCall<'a, I> = dyn Fn(&mut I, &mut [Indexed]) -> Result<Vec<ItemOutcome>, CallFailure> + 'a;
 
 /// Calls a stage on `items`; on a trap or contract violation, replaces the instance if
 /// needed and re-runs the parts, until the failing items are isolated. One outcome per
@@ -108,7 +111,8 @@ fn run_wanted<S: Stage>(
         Ok(instance) => instance,
         Err(e) => return answer_all(items, &e),
     };
-    let failure = match call(instance, &items) {
+    let mut items = items;
+    let failure = match call(instance, &mut items) {
         Ok(results) => return items.into_iter().map(|(i, _)| i).zip(results).collect(),
         Err(failure) => failure,
     };
@@ -206,7 +210,7 @@ mod tests {
         culprits: &'a HashSet<usize>,
         calls: &'a Cell<usize>,
         failure: fn() -> CallFailure,
-    ) -> impl Fn(&mut u32, &[Indexed]) -> Result<Vec<ItemOutcome>, CallFailure> + 'a {
+    ) -> impl Fn(&mut u32, &mut [Indexed]) -> Result<Vec<ItemOutcome>, CallFailure> + 'a {
         move |_, items| {
             calls.set(calls.get() + 1);
             if items.iter().any(|(_, item)| culprits.contains(&marker(item))) {
@@ -411,7 +415,7 @@ mod tests {
             ..requests(1)
         };
         let seen = Cell::new(0);
-        let counting = |instance: &mut u32, items: &[Indexed]| {
+        let counting = |instance: &mut u32, items: &mut [Indexed]| {
             seen.set(seen.get() + items.len());
             call_failing_on(&HashSet::new(), &calls, trap)(instance, items)
         };

@@ -12,14 +12,13 @@ use crate::runtime::StageInstance;
 /// preprocess/postprocess: one result per item.
 pub(crate) fn map_items(
     instance: &mut StageInstance,
-    items: &[Indexed],
+    items: &mut [Indexed],
     declared: &[TensorSpec],
 ) -> Result<Vec<ItemOutcome>, CallFailure> {
     let kind = instance.template().kind();
-    // A copy goes in: after a trap the items must be re-run (bisection), and what crosses
-    // into the plugin does not come back.
-    let sent: Vec<Item> = items.iter().map(|(_, item)| item.clone()).collect();
-    let results = instance.map_items(sent).map_err(CallFailure::Trapped)?;
+    let results = instance
+        .map_items(items.iter_mut().map(|(_, item)| item))
+        .map_err(CallFailure::Trapped)?;
     if results.len() != items.len() {
         return Err(CallFailure::Violation(format!(
             "{} broke the plugin contract: returned {} results for {} items",
@@ -44,12 +43,31 @@ pub const MAX_TENSORS_PER_ITEM: usize = 256;
 
 /// Checks that an item's (or a batch's) tensor names are unique and not too many.
 pub(crate) fn check_names<'a>(names: impl Iterator<Item = &'a str>) -> Result<(), String> {
-    let mut seen = std::collections::HashSet::new();
-    for name in names {
-        if seen.len() == MAX_TENSORS_PER_ITEM {
+    // This runs for every item of every call, and items carry a handful of tensors:
+    // comparing with the names before costs less than hashing (and allocates nothing)
+    // up to FEW names; a set takes over beyond.
+    const FEW: usize = 8;
+    let mut few = [""; FEW];
+    let mut many: Option<std::collections::HashSet<&str>> = None;
+    for (count, name) in names.enumerate() {
+        if count == MAX_TENSORS_PER_ITEM {
             return Err(format!("more than {MAX_TENSORS_PER_ITEM} tensors per item"));
         }
-        if !seen.insert(name) {
+        let repeated = match &mut many {
+            Some(seen) => !seen.insert(name),
+            None if count < FEW => {
+                let repeated = few[..count].contains(&name);
+                few[count] = name;
+                repeated
+            }
+            None => {
+                let mut seen: std::collections::HashSet<&str> = few.into_iter().collect();
+                let repeated = !seen.insert(name);
+                many = Some(seen);
+                repeated
+            }
+        };
+        if repeated {
             return Err(format!(
                 "output '{}' appears more than once",
                 crate::model::text::clip(name)
@@ -97,4 +115,30 @@ fn check_outputs(declared: &[TensorSpec], item: &Item) -> Result<(), String> {
         return Err(format!("output '{}' is not declared", extra.name));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[String]) -> Result<(), String> {
+        check_names(list.iter().map(String::as_str))
+    }
+
+    #[test]
+    fn repeated_names_are_found_among_few_and_among_many() {
+        let distinct = |n: usize| -> Vec<String> { (0..n).map(|i| format!("t{i}")).collect() };
+        for n in [0, 1, 7, 8, 9, 40, MAX_TENSORS_PER_ITEM] {
+            assert_eq!(names(&distinct(n)), Ok(()), "{n} distinct names");
+        }
+        // A repeat within the first few, at the switch to a set, and well beyond it.
+        for (n, repeat_of) in [(3, 1), (8, 0), (9, 3), (9, 8), (40, 2), (40, 30)] {
+            let mut list = distinct(n);
+            list.push(list[repeat_of].clone());
+            let error = names(&list).expect_err("a repeated name");
+            assert_eq!(error, format!("output 't{repeat_of}' appears more than once"), "{n}");
+        }
+        let error = names(&distinct(MAX_TENSORS_PER_ITEM + 1)).expect_err("too many");
+        assert!(error.contains("more than 256 tensors"), "{error}");
+    }
 }

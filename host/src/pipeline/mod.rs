@@ -116,7 +116,7 @@ impl PipelineInstance {
         let times = &mut self.last_run;
         if let Some(slot) = self.preprocess.as_mut() {
             let started = Instant::now();
-            let call = |instance: &mut StageInstance, items: &[Indexed]| map_items(instance, items, &[]);
+            let call = |instance: &mut StageInstance, items: &mut [Indexed]| map_items(instance, items, &[]);
             alive = settle(&mut outcomes, run_bisected(slot, alive, audience, &call));
             times.push((StageKind::Preprocess, started.elapsed()));
         }
@@ -131,7 +131,7 @@ impl PipelineInstance {
         }
         if let (Some(slot), false) = (self.postprocess.as_mut(), alive.is_empty()) {
             let started = Instant::now();
-            let call = |instance: &mut StageInstance, items: &[Indexed]| map_items(instance, items, declared);
+            let call = |instance: &mut StageInstance, items: &mut [Indexed]| map_items(instance, items, declared);
             alive = settle(&mut outcomes, run_bisected(slot, alive, audience, &call));
             times.push((StageKind::Postprocess, started.elapsed()));
         }

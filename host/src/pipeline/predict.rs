@@ -16,7 +16,7 @@ pub(crate) fn run_predict(
     audience: &dyn Audience,
     declared: &[TensorSpec],
 ) -> Vec<(usize, ItemOutcome)> {
-    let call = |instance: &mut StageInstance, items: &[Indexed]| predict_batch(instance, items, declared);
+    let call = |instance: &mut StageInstance, items: &mut [Indexed]| predict_batch(instance, items, declared);
     group_by_shape(items)
         .into_iter()
         .flat_map(|group| run_bisected(slot, group, audience, &call))
@@ -26,23 +26,25 @@ pub(crate) fn run_predict(
 /// Splits items into groups whose tensors agree in names, datatypes and shapes (the
 /// sub-batches predict can take), keeping first-seen order.
 fn group_by_shape(items: Vec<Indexed>) -> Vec<Vec<Indexed>> {
-    let mut groups: Vec<(Vec<Signature>, Vec<Indexed>)> = Vec::new();
+    let mut groups: Vec<Vec<Indexed>> = Vec::new();
     for (index, item) in items {
-        let signature = signature(&item);
-        match groups.iter_mut().find(|(s, _)| *s == signature) {
-            Some((_, members)) => members.push((index, item)),
-            None => groups.push((signature, vec![(index, item)])),
+        let group = groups
+            .iter_mut()
+            .find(|group| group.first().is_some_and(|(_, first)| stackable(first, &item)));
+        match group {
+            Some(members) => members.push((index, item)),
+            None => groups.push(vec![(index, item)]),
         }
     }
-    groups.into_iter().map(|(_, members)| members).collect()
+    groups
 }
 
-type Signature = (String, crate::model::tensor::DataType, Vec<u64>);
-
-fn signature(item: &Item) -> Vec<Signature> {
-    item.iter()
-        .map(|t| (t.name.clone(), t.datatype, t.shape.clone()))
-        .collect()
+/// Whether two items' tensors agree in names, datatypes and shapes.
+fn stackable(a: &Item, b: &Item) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.name == y.name && x.datatype == y.datatype && x.shape == y.shape)
 }
 
 /// Stacks a group into a batch, calls predict, checks the answer and splits it per item.

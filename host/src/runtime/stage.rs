@@ -198,18 +198,31 @@ impl StageInstance {
 
     /// Runs preprocess or postprocess (whichever this stage is) on `items`.
     ///
+    /// The items are lent, not copied: they are moved into the binding's types for the
+    /// call (which only borrows them) and moved back after it, whatever it did, so the
+    /// caller can re-run them after a trap. (wasmtime 48's `ownership: Borrowing` does
+    /// not compile for these worlds: its export signatures use an undeclared lifetime.)
+    ///
     /// The answer is not checked here: the pipeline owns contract checks.
-    pub fn map_items(&mut self, items: Vec<Item>) -> Result<Vec<Result<Item, ItemError>>, Trapped> {
-        let items: Vec<Vec<wit::Tensor>> = items
-            .into_iter()
-            .map(|item| item.into_iter().map(to_wit).collect())
+    pub fn map_items<'i>(
+        &mut self,
+        items: impl Iterator<Item = &'i mut Item>,
+    ) -> Result<Vec<Result<Item, ItemError>>, Trapped> {
+        let mut slots: Vec<&mut Item> = items.collect();
+        let lent: Vec<Vec<wit::Tensor>> = slots
+            .iter_mut()
+            .map(|slot| std::mem::take(*slot).into_iter().map(to_wit).collect())
             .collect();
         let (exports, store) = (&self.exports, &mut self.store);
         let answer = call(&self.template, store, async |store| match exports {
-            Exports::Preprocess(e) => e.call_preprocess(store, &items).await,
-            Exports::Postprocess(e) => e.call_postprocess(store, &items).await,
+            Exports::Preprocess(e) => e.call_preprocess(store, &lent).await,
+            Exports::Postprocess(e) => e.call_postprocess(store, &lent).await,
             Exports::Predict(_) => Err(wasmtime::Error::msg("map_items called on a predict stage")),
-        })?;
+        });
+        for (slot, item) in slots.iter_mut().zip(lent) {
+            **slot = item.into_iter().map(from_wit).collect();
+        }
+        let answer = answer?;
         Ok(answer
             .into_iter()
             .map(|result| {

@@ -139,7 +139,16 @@ pub fn assemble(config: &ModelConfig, mut outcomes: Vec<ItemOutcome>) -> Answer 
             // A model without batching answers its one item as it is; a batching model's
             // item gets its batch dimension back below.
             Some(Ok(outputs)) if !config.batches => Answer::Success(outputs),
-            Some(Ok(outputs)) => stack_outputs(vec![outputs]),
+            // Alone, its outputs are already the stack: only the dimension is missing.
+            Some(Ok(outputs)) => Answer::Success(
+                outputs
+                    .into_iter()
+                    .map(|mut tensor| {
+                        tensor.shape.insert(0, 1);
+                        tensor
+                    })
+                    .collect(),
+            ),
             Some(Err(error)) => Answer::Failure(error),
             None => Answer::Failure(ItemError::trap("no outcome")),
         };

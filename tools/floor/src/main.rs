@@ -31,6 +31,11 @@ use clap::Parser;
 
 use answer::Shapes;
 
+/// The server's allocator (see host/Cargo.toml): the floor differs from tensorplug only by
+/// what it leaves out.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// The benchmark's floor server (loopback only).
 #[derive(Parser, Debug)]
 #[command(version, about)]

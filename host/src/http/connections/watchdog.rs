@@ -8,7 +8,6 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::limits::Limits;
@@ -18,8 +17,6 @@ use super::stats::Timeout;
 /// reads and writes and by its requests' start and end.
 pub(super) struct Activity {
     phase: Mutex<Phase>,
-    /// Woken whenever a deadline may have come nearer; the watchdog then re-reads `phase`.
-    changed: Notify,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -67,11 +64,14 @@ impl Phase {
     }
 }
 
+/// The shortest wait between two looks at the phase, whatever the limits (a limit of 0
+/// would otherwise spin).
+const MIN_RECHECK: std::time::Duration = std::time::Duration::from_millis(1);
+
 impl Activity {
     pub(super) fn new() -> Self {
         Self {
             phase: Mutex::new(Phase::new(Instant::now())),
-            changed: Notify::new(),
         }
     }
 
@@ -84,8 +84,6 @@ impl Activity {
         let mut phase = self.phase();
         if phase.in_flight == 0 && phase.request_started.is_none() {
             phase.request_started = Some(Instant::now());
-            drop(phase);
-            self.changed.notify_one();
         }
     }
 
@@ -93,8 +91,6 @@ impl Activity {
         let mut phase = self.phase();
         if blocked {
             phase.write_blocked_since = Some(Instant::now());
-            drop(phase);
-            self.changed.notify_one();
         } else {
             phase.write_blocked_since = None;
             if phase.in_flight == 0 {
@@ -117,25 +113,31 @@ impl Activity {
             phase.ready_since = Instant::now();
             phase.served = true;
             phase.request_started = None;
-            drop(phase);
-            self.changed.notify_one();
         }
     }
 
     /// Resolves with the timeout once the connection overstays one.
+    ///
+    /// Nothing wakes it when the phase changes: that cost two wake-ups of the
+    /// connection's task (and two timer registrations) per request. Instead it never
+    /// sleeps longer than the shortest limit. Every deadline a change can set lies at
+    /// least that far after the change, hence after the wake-up already due, which then
+    /// re-arms the timer at the exact deadline. An idle connection costs one wake-up per
+    /// shortest limit (10 s by default).
     pub(super) async fn expiry(&self, limits: &Limits) -> Timeout {
+        let recheck = limits.header_read_timeout.min(limits.idle_timeout).max(MIN_RECHECK);
         loop {
+            let now = Instant::now();
             let next = self.phase().deadline(limits);
-            match next {
-                Some((at, timeout)) if at <= Instant::now() => return timeout,
-                // `notify_one` keeps a permit, so a change between reading the phase and
-                // waiting here is not missed.
-                Some((at, _)) => tokio::select! {
-                    () = tokio::time::sleep_until(at) => {}
-                    () = self.changed.notified() => {}
+            let wake = match next {
+                Some((at, timeout)) if at <= now => return timeout,
+                Some((at, _)) => now.checked_add(recheck).map_or(at, |recheck| at.min(recheck)),
+                None => match now.checked_add(recheck) {
+                    Some(recheck) => recheck,
+                    None => return std::future::pending().await,
                 },
-                None => self.changed.notified().await,
-            }
+            };
+            tokio::time::sleep_until(wake).await;
         }
     }
 }
