@@ -242,4 +242,41 @@ mod tests {
         phase.request_started = Some(t0 + s(50));
         assert_eq!(phase.deadline(&limits), Some((t0 + s(60), Timeout::HeaderRead)));
     }
+
+    /// Runs the watchdog on the paused clock until it fires; its verdict and the seconds
+    /// since `t0` at which it fired.
+    fn watch(activity: &Arc<Activity>, t0: Instant) -> tokio::task::JoinHandle<(Timeout, u64)> {
+        let activity = activity.clone();
+        tokio::spawn(async move {
+            let timeout = activity.expiry(&limits()).await;
+            (timeout, (Instant::now() - t0).as_secs())
+        })
+    }
+
+    // The watchdog is told nothing when the phase changes: these check that it still
+    // fires at the exact deadline a change sets while it sleeps.
+    #[tokio::test(start_paused = true)]
+    async fn expiry_fires_at_a_deadline_set_while_it_slept() {
+        let t0 = Instant::now();
+        let activity = Arc::new(Activity::new());
+        activity.request_started();
+        activity.request_finished(); // idle from t0: closed at t0 + 60 s unless...
+        let watcher = watch(&activity, t0);
+        tokio::time::sleep(Duration::from_secs(55)).await;
+        activity.bytes_arrived(); // ...a request starts: its headers are due at t0 + 65 s
+        assert_eq!(watcher.await.unwrap(), (Timeout::HeaderRead, 65));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_in_flight_holds_the_watchdog_off_until_it_ends() {
+        let t0 = Instant::now();
+        let activity = Arc::new(Activity::new());
+        activity.bytes_arrived();
+        activity.request_started();
+        let watcher = watch(&activity, t0);
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        assert!(!watcher.is_finished(), "no timeout while a request is handled");
+        activity.request_finished(); // idle from t0 + 100 s
+        assert_eq!(watcher.await.unwrap(), (Timeout::Idle, 160));
+    }
 }

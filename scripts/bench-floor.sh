@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# tensorplug against the floor, alternating: serves the example repository (release
+# build) and tools/floor side by side, then for each round, protocol and concurrency
+# loads tensorplug and then the floor for the same time, so that both see the same
+# machine; prints every run and the ratio of the means (tensorplug / floor).
+# scripts/bench-load.sh measures all of tensorplug's points before the floor's, which on a
+# busy machine lets the two drift apart; this is the steadier measurement of the ratio.
+#
+# Works from any directory. Environment:
+#   BENCH_SECONDS      measured seconds per run (default 5)
+#   BENCH_WARMUP       warm-up per run, not counted (default 1s)
+#   BENCH_ROUNDS       rounds (default 3)
+#   BENCH_CONCURRENCY  the concurrencies (default "64")
+#   BENCH_PROTOCOLS    rest, grpc, grpc-raw (default "rest")
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+seconds="${BENCH_SECONDS:-5}"
+warmup="${BENCH_WARMUP:-1s}"
+rounds="${BENCH_ROUNDS:-3}"
+concurrencies="${BENCH_CONCURRENCY:-64}"
+protocols="${BENCH_PROTOCOLS:-rest}"
+
+source scripts/bench-common.sh
+
+bodies="$root/tests/data/digits/test_requests.jsonl"
+ports=()
+for _ in 1 2 3 4; do ports+=("$(free_port)"); done
+"$server" serve examples/models --host 127.0.0.1 --http-port "${ports[0]}" --grpc-port "${ports[1]}" \
+    --no-cache --log warn >"$work/server.log" 2>&1 &
+server_pid=$!
+"$floor" examples/models/digits --http-port "${ports[2]}" --grpc-port "${ports[3]}" >"$work/floor.log" 2>&1 &
+floor_pid=$!
+trap 'kill "$floor_pid" 2>/dev/null || true; cleanup' EXIT
+for port in "${ports[0]}" "${ports[2]}"; do
+    deadline=$((SECONDS + 120))
+    until curl -sf -o /dev/null --max-time 2 "http://127.0.0.1:$port/v2/health/ready"; do
+        ((SECONDS < deadline)) || { echo "bench-floor: a server was not ready:" >&2; cat "$work"/*.log >&2; exit 1; }
+        sleep 0.2
+    done
+done
+
+# One run: prints requests/s, p99 in ms and errors.
+run() {
+    local protocol="$1" http="$2" grpc="$3" c="$4" target
+    if [[ "$protocol" == rest ]]; then
+        target=("http://127.0.0.1:$http/v2/models/digits/infer")
+    else
+        target=("http://127.0.0.1:$grpc" --protocol "$protocol" --model digits)
+    fi
+    "$loadgen" "${target[@]}" --concurrency "$c" --duration "${seconds}s" --warmup "$warmup" \
+        --threads 1 --body-file "$bodies" --json |
+        python3 -c 'import json, sys; d = json.load(sys.stdin); print(round(d["rps"]), d["p99_us"] / 1000, d["errors"])'
+}
+
+echo "| round | protocol | concurrency | tensorplug req/s | floor req/s | tensorplug p99 ms | floor p99 ms | errors |"
+echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+for round in $(seq "$rounds"); do
+    for protocol in $protocols; do
+        for c in $concurrencies; do
+            read -r t_rps t_p99 t_err < <(run "$protocol" "${ports[0]}" "${ports[1]}" "$c")
+            read -r f_rps f_p99 f_err < <(run "$protocol" "${ports[2]}" "${ports[3]}" "$c")
+            echo "| $round | $protocol | $c | $t_rps | $f_rps | $t_p99 | $f_p99 | $((t_err + f_err)) |" | tee -a "$work/rows"
+        done
+    done
+done
+echo
+python3 - "$work/rows" <<'PY'
+import collections, sys
+sums = collections.defaultdict(lambda: [0, 0, 0])
+for line in open(sys.argv[1]):
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    key = (cells[1], cells[2])
+    sums[key][0] += int(cells[3]); sums[key][1] += int(cells[4]); sums[key][2] += 1
+print("| protocol | concurrency | tensorplug mean req/s | floor mean req/s | ratio |")
+print("| --- | ---: | ---: | ---: | ---: |")
+for (protocol, c), (t, f, n) in sums.items():
+    print(f"| {protocol} | {c} | {t / n:.0f} | {f / n:.0f} | **{t / f:.2f}** |")
+PY
