@@ -100,7 +100,7 @@ fn drop_unwanted(items: Vec<Indexed>, audience: &dyn Audience) -> (Vec<Indexed>,
 
 fn run_wanted<S: Stage>(
     stage: &mut S,
-    items: Vec<Indexed>,
+    mut items: Vec<Indexed>,
     audience: &dyn Audience,
     call: &StageCall<'_, S::Instance>,
 ) -> Vec<(usize, ItemOutcome)> {
@@ -111,7 +111,6 @@ fn run_wanted<S: Stage>(
         Ok(instance) => instance,
         Err(e) => return answer_all(items, &e),
     };
-    let mut items = items;
     let failure = match call(instance, &mut items) {
         Ok(results) => return items.into_iter().map(|(i, _)| i).zip(results).collect(),
         Err(failure) => failure,

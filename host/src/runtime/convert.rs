@@ -1,7 +1,6 @@
 //! Moves tensors across the WIT boundary: host [`Tensor`]s to the generated binding types
-//! and back. The conversion itself moves data buffers rather than copying them; what is
-//! handed over is gone from the host's side, which is why the pipeline keeps a copy of
-//! the items of an item-wise call (to re-run them should the call trap).
+//! and back. The conversion moves data buffers rather than copying them, so items can be
+//! lent to a call and taken back after it (see `StageInstance::map_items`).
 
 use super::bindings::types as wit;
 use crate::model::outcome::ItemError;

@@ -137,9 +137,8 @@ pub fn assemble(config: &ModelConfig, mut outcomes: Vec<ItemOutcome>) -> Answer 
     if outcomes.len() == 1 {
         return match outcomes.pop() {
             // A model without batching answers its one item as it is; a batching model's
-            // item gets its batch dimension back below.
+            // lone item is already the stack of one: it only gets its batch dimension back.
             Some(Ok(outputs)) if !config.batches => Answer::Success(outputs),
-            // Alone, its outputs are already the stack: only the dimension is missing.
             Some(Ok(outputs)) => Answer::Success(
                 outputs
                     .into_iter()
