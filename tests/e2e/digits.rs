@@ -49,6 +49,38 @@ pub(crate) fn assert_matches(case: &Case, label: i64, proba: &[f32], context: &s
     }
 }
 
+/// Checks a batched answer's labels and probabilities against the oracle cases of its items.
+pub(crate) fn assert_batch_matches(body: &Value, cases: &[Case], context: &str) {
+    let labels = output(body, "label")["data"].as_array().unwrap().clone();
+    let proba = output_f32(body, "probabilities");
+    for (i, case) in cases.iter().enumerate() {
+        let label = labels[i].as_i64().unwrap();
+        assert_matches(
+            case,
+            label,
+            &proba[i * 10..(i + 1) * 10],
+            &format!("{context} item {i}"),
+        );
+    }
+}
+
+/// Posts the 450 oracle requests one by one to `infer`, checks each answer against the
+/// oracle (labels, probabilities, shapes), and returns the answers.
+pub(crate) async fn assert_oracle_one_by_one(server: &TestServer, infer: &str) -> Vec<Value> {
+    let requests = std::fs::read_to_string(common::root().join("tests/data/digits/test_requests.jsonl")).unwrap();
+    let mut answers = Vec::new();
+    for (line, case) in requests.lines().zip(cases()) {
+        let (status, body) = server.post_raw(infer, line.as_bytes().to_vec(), None).await;
+        assert_eq!(status, 200, "{body}");
+        let label = output(&body, "label")["data"][0].as_i64().unwrap();
+        assert_matches(&case, label, &output_f32(&body, "probabilities"), line);
+        assert_eq!(output(&body, "label")["shape"], json!([1, 1]));
+        assert_eq!(output(&body, "probabilities")["shape"], json!([1, 10]));
+        answers.push(body);
+    }
+    answers
+}
+
 pub(crate) fn repository() -> std::path::PathBuf {
     common::root().join("examples/models")
 }
@@ -56,15 +88,7 @@ pub(crate) fn repository() -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_450_json_requests_match_the_oracle() {
     let server = TestServer::start(&repository()).await;
-    let requests = std::fs::read_to_string(common::root().join("tests/data/digits/test_requests.jsonl")).unwrap();
-    for (line, case) in requests.lines().zip(cases()) {
-        let (status, body) = server.post_raw(INFER, line.as_bytes().to_vec(), None).await;
-        assert_eq!(status, 200, "{body}");
-        let label = output(&body, "label")["data"][0].as_i64().unwrap();
-        assert_matches(&case, label, &output_f32(&body, "probabilities"), line);
-        assert_eq!(output(&body, "label")["shape"], json!([1, 1]));
-        assert_eq!(output(&body, "probabilities")["shape"], json!([1, 10]));
-    }
+    assert_oracle_one_by_one(&server, INFER).await;
     server.stop().await;
 }
 

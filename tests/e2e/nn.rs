@@ -4,7 +4,9 @@
 //! them), bad inputs fail their item, and compute in a loop is cut off at the deadline.
 
 use crate::common;
-use crate::digits::{assert_matches, cases, Case};
+use crate::digits::{assert_batch_matches, assert_matches, assert_oracle_one_by_one, cases, Case};
+// The example repository, as the digits tests serve it.
+use crate::digits::repository as examples;
 
 use std::path::{Path, PathBuf};
 
@@ -13,22 +15,11 @@ use serde_json::{json, Value};
 
 const INFER: &str = "/v2/models/digits-onnx/infer";
 
-fn examples() -> PathBuf {
-    common::root().join("examples/models")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digits_onnx_answers_the_450_oracle_requests_one_by_one() {
     let server = TestServer::start(&examples()).await;
-    let requests = std::fs::read_to_string(common::root().join("tests/data/digits/test_requests.jsonl")).unwrap();
-    for (line, case) in requests.lines().zip(cases()) {
-        let (status, body) = server.post_raw(INFER, line.as_bytes().to_vec(), None).await;
-        assert_eq!(status, 200, "{body}");
+    for body in assert_oracle_one_by_one(&server, INFER).await {
         assert_eq!(body["model_name"], "digits-onnx");
-        let label = output(&body, "label")["data"][0].as_i64().unwrap();
-        assert_matches(&case, label, &output_f32(&body, "probabilities"), line);
-        assert_eq!(output(&body, "label")["shape"], json!([1, 1]));
-        assert_eq!(output(&body, "probabilities")["shape"], json!([1, 10]));
     }
     server.stop().await;
 }
@@ -47,17 +38,7 @@ async fn digits_onnx_answers_batched_requests_like_digits() {
                 .post_json(INFER, &request("input-0", "FP32", &shape, json!(pixels)))
                 .await;
             assert_eq!(status, 200, "{body}");
-            let labels = output(&body, "label")["data"].as_array().unwrap().clone();
-            let proba = output_f32(&body, "probabilities");
-            for (i, case) in chunk.iter().enumerate() {
-                let label = labels[i].as_i64().unwrap();
-                assert_matches(
-                    case,
-                    label,
-                    &proba[i * 10..(i + 1) * 10],
-                    &format!("{shape:?} item {i}"),
-                );
-            }
+            assert_batch_matches(&body, chunk, &format!("{shape:?}"));
         }
     }
     // The same answers as the hand-written digits, a bad pixel included (preprocess's 400).
@@ -147,17 +128,7 @@ async fn digits_cnn_matches_its_oracle_one_by_one_and_batched() {
             )
             .await;
         assert_eq!(status, 200, "{body}");
-        let labels = output(&body, "label")["data"].as_array().unwrap().clone();
-        let proba = output_f32(&body, "probabilities");
-        for (i, case) in chunk.iter().enumerate() {
-            let label = labels[i].as_i64().unwrap();
-            assert_matches(
-                case,
-                label,
-                &proba[i * 10..(i + 1) * 10],
-                &format!("cnn batch item {i}"),
-            );
-        }
+        assert_batch_matches(&body, chunk, "cnn batch");
     }
     server.stop().await;
 }
