@@ -12,6 +12,9 @@
 #   BENCH_ROUNDS       rounds (default 3)
 #   BENCH_CONCURRENCY  the concurrencies (default "64")
 #   BENCH_PROTOCOLS    rest, grpc, grpc-raw (default "rest")
+#   BENCH_BASELINE     another tensorplug binary (e.g. the previous release) served beside
+#                      this one and loaded in the same rounds: the cost of a change, as the
+#                      ratio of the two means (default: none)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,14 +30,23 @@ source scripts/bench-common.sh
 
 bodies="$root/tests/data/digits/test_requests.jsonl"
 ports=()
-for _ in 1 2 3 4; do ports+=("$(free_port)"); done
+for _ in 1 2 3 4 5 6; do ports+=("$(free_port)"); done
 "$server" serve examples/models --host 127.0.0.1 --http-port "${ports[0]}" --grpc-port "${ports[1]}" \
     --no-cache --log warn >"$work/server.log" 2>&1 &
 server_pid=$!
 "$floor" examples/models/digits --http-port "${ports[2]}" --grpc-port "${ports[3]}" >"$work/floor.log" 2>&1 &
 floor_pid=$!
-trap 'kill "$floor_pid" 2>/dev/null || true; cleanup' EXIT
-for port in "${ports[0]}" "${ports[2]}"; do
+baseline="${BENCH_BASELINE:-}"
+baseline_pid=""
+ready_ports=("${ports[0]}" "${ports[2]}")
+if [[ -n "$baseline" ]]; then
+    "$baseline" serve examples/models --host 127.0.0.1 --http-port "${ports[4]}" --grpc-port "${ports[5]}" \
+        --no-cache --log warn >"$work/baseline.log" 2>&1 &
+    baseline_pid=$!
+    ready_ports+=("${ports[4]}")
+fi
+trap 'kill "$floor_pid" $baseline_pid 2>/dev/null || true; cleanup' EXIT
+for port in "${ready_ports[@]}"; do
     deadline=$((SECONDS + 120))
     until curl -sf -o /dev/null --max-time 2 "http://127.0.0.1:$port/v2/health/ready"; do
         ((SECONDS < deadline)) || { echo "bench-floor: a server was not ready:" >&2; cat "$work"/*.log >&2; exit 1; }
@@ -55,27 +67,33 @@ run() {
         python3 -c 'import json, sys; d = json.load(sys.stdin); print(round(d["rps"]), d["p99_us"] / 1000, d["errors"])'
 }
 
-echo "| round | protocol | concurrency | tensorplug req/s | floor req/s | tensorplug p99 ms | floor p99 ms | errors |"
-echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| round | protocol | concurrency | tensorplug req/s | floor req/s | tensorplug p99 ms | floor p99 ms | errors | baseline req/s | baseline p99 ms |"
+echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for round in $(seq "$rounds"); do
     for protocol in $protocols; do
         for c in $concurrencies; do
             read -r t_rps t_p99 t_err < <(run "$protocol" "${ports[0]}" "${ports[1]}" "$c")
             read -r f_rps f_p99 f_err < <(run "$protocol" "${ports[2]}" "${ports[3]}" "$c")
-            echo "| $round | $protocol | $c | $t_rps | $f_rps | $t_p99 | $f_p99 | $((t_err + f_err)) |" | tee -a "$work/rows"
+            b_rps=0 b_p99=0 b_err=0
+            if [[ -n "$baseline" ]]; then
+                read -r b_rps b_p99 b_err < <(run "$protocol" "${ports[4]}" "${ports[5]}" "$c")
+            fi
+            echo "| $round | $protocol | $c | $t_rps | $f_rps | $t_p99 | $f_p99 | $((t_err + f_err + b_err)) | $b_rps | $b_p99 |" | tee -a "$work/rows"
         done
     done
 done
 echo
 python3 - "$work/rows" <<'PY'
 import collections, sys
-sums = collections.defaultdict(lambda: [0, 0, 0])
+sums = collections.defaultdict(lambda: [0, 0, 0, 0])
 for line in open(sys.argv[1]):
     cells = [c.strip() for c in line.strip().strip("|").split("|")]
     key = (cells[1], cells[2])
     sums[key][0] += int(cells[3]); sums[key][1] += int(cells[4]); sums[key][2] += 1
-print("| protocol | concurrency | tensorplug mean req/s | floor mean req/s | ratio |")
-print("| --- | ---: | ---: | ---: | ---: |")
-for (protocol, c), (t, f, n) in sums.items():
-    print(f"| {protocol} | {c} | {t / n:.0f} | {f / n:.0f} | **{t / f:.2f}** |")
+    sums[key][3] += int(cells[8])
+print("| protocol | concurrency | tensorplug mean req/s | floor mean req/s | ratio | baseline mean req/s | tensorplug / baseline |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+for (protocol, c), (t, f, n, b) in sums.items():
+    against = f"**{t / b:.3f}**" if b else "-"
+    print(f"| {protocol} | {c} | {t / n:.0f} | {f / n:.0f} | **{t / f:.2f}** | {b / n:.0f} | {against} |")
 PY
