@@ -58,7 +58,9 @@ impl ServerProcess {
     /// Serves `repository` like [`Self::spawn`], returning as soon as it listens.
     pub async fn spawn_unready(repository: &Path, extra: &[&str]) -> Self {
         super::require_plugins(repository);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tensorplug"))
+        // TENSORPLUG_TEST_BINARY: another build (an older one, for "before" figures).
+        let binary = std::env::var("TENSORPLUG_TEST_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tensorplug").into());
+        let mut child = Command::new(binary)
             .arg("serve")
             .arg(repository)
             .args(["--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0"])
@@ -118,6 +120,14 @@ impl ServerProcess {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.address, path)
+    }
+
+    /// The gRPC port's address, as the start-up log announces it.
+    pub fn grpc_address(&self) -> SocketAddr {
+        self.log()
+            .iter()
+            .find_map(|line| line.split(" grpc=").nth(1)?.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no gRPC address in the log: {:?}", self.log()))
     }
 
     pub fn pid(&self) -> u32 {
