@@ -167,7 +167,10 @@ async fn malformed_messages_and_framing_are_invalid_argument_on_every_rpc() {
         let client_streaming = path == STREAM_INFER || path.ends_with("ServerReflectionInfo");
         if !client_streaming {
             cases.push(("no message".into(), Vec::new(), true, Code::InvalidArgument));
-            cases.push(("two messages".into(), vec![frame(&[]), frame(&[])], true, Code::InvalidArgument));
+            // (A valid Watch streams on, so it has no second-message case.)
+            if !path.ends_with("Watch") {
+                cases.push(("two messages".into(), vec![frame(&[]), frame(&[])], true, Code::InvalidArgument));
+            }
         }
         if path == INFER || path == STREAM_INFER {
             cases.push(("5 bytes of packed FP32".into(), vec![frame(&five_bytes_of_fp32())], true, Code::InvalidArgument));
