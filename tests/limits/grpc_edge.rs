@@ -56,7 +56,7 @@ async fn unread_stream_answers_stay_bounded_and_time_out() {
     const ANSWER: u64 = 16 * MIB;
     let _alone = crate::ONE_AT_A_TIME.lock().await;
     let repository = wide_faulty_repository();
-    let server = ServerProcess::spawn(repository.path(), &["--idle-timeout-ms", "6000", "--grpc-port", &free_port()]).await;
+    let server = ServerProcess::spawn(repository.path(), &["--idle-timeout-ms", "20000", "--grpc-port", &free_port()]).await;
     let grpc = server.grpc_address();
     let before = server.rss_kib();
     server.reset_peak_rss();
@@ -81,33 +81,8 @@ async fn unread_stream_answers_stay_bounded_and_time_out() {
         held.push((send, response, stream));
     }
     let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let peak = server.peak_rss_kib();
-    let grew = peak.saturating_sub(before) / 1024;
-    eprintln!("{STREAMS} unread streams of 4 x 16 MiB answers: peak RSS +{grew} MiB");
-    let served = |metrics: &str| -> f64 {
-        metrics
-            .lines()
-            .filter(|l| l.starts_with("tensorplug_grpc_requests_total{") && l.contains("ModelStreamInfer"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    let metrics = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    assert_eq!(served(&metrics), STREAMS as f64, "streams served past an unread answer");
-    // 16 answers held, plus what computing one costs.
-    let bound = STREAMS as u64 * ANSWER / MIB + 160;
-    assert!(grew <= bound, "peak RSS grew by {grew} MiB (bound {bound} MiB)");
-    // Past the idle timeout every held answer is dropped.
-    loop {
-        let metrics = server
+    let scrape = || async {
+        server
             .client
             .get(server.url("/metrics"))
             .send()
@@ -115,7 +90,32 @@ async fn unread_stream_answers_stay_bounded_and_time_out() {
             .expect("metrics")
             .text()
             .await
-            .expect("text");
+            .expect("text")
+    };
+    let served = |metrics: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("tensorplug_grpc_requests_total{") && l.contains("ModelStreamInfer"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    // Each stream's first request is served...
+    while served(&scrape().await) < STREAMS as f64 {
+        assert!(started.elapsed() < Duration::from_secs(40), "the streams' first requests were not all served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // ...and no other: the next ones wait for the client to read.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(served(&scrape().await), STREAMS as f64, "streams served past an unread answer");
+    let peak = server.peak_rss_kib();
+    let grew = peak.saturating_sub(before) / 1024;
+    eprintln!("{STREAMS} unread streams of 4 x 16 MiB answers: peak RSS +{grew} MiB");
+    // 16 answers held, plus what computing one costs.
+    let bound = STREAMS as u64 * ANSWER / MIB + 160;
+    assert!(grew <= bound, "peak RSS grew by {grew} MiB (bound {bound} MiB)");
+    // Past the idle timeout every held answer is dropped.
+    loop {
+        let metrics = scrape().await;
         let dropped = metrics
             .lines()
             .find(|l| l.starts_with("tensorplug_grpc_timed_out_total{timeout=\"answer_unread\"}"))
@@ -124,7 +124,7 @@ async fn unread_stream_answers_stay_bounded_and_time_out() {
         if dropped == STREAMS as f64 {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "answers still held: {dropped} dropped");
+        assert!(started.elapsed() < Duration::from_secs(80), "answers still held: {dropped} dropped");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     drop(held);
