@@ -59,13 +59,19 @@ impl ServerProcess {
     pub async fn spawn_unready(repository: &Path, extra: &[&str]) -> Self {
         super::require_plugins(repository);
         // TENSORPLUG_TEST_BINARY: another build (an older one, for "before" figures).
-        let binary = std::env::var("TENSORPLUG_TEST_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tensorplug").into());
+        let binary =
+            std::env::var("TENSORPLUG_TEST_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tensorplug").into());
         let mut child = Command::new(binary)
             .arg("serve")
             .arg(repository)
             .args(["--host", "127.0.0.1", "--http-port", "0"])
             // gRPC off unless the test gives it a port (see [`free_port`]).
-            .args((!extra.contains(&"--grpc-port")).then_some(["--grpc-port", "0"]).into_iter().flatten())
+            .args(
+                (!extra.contains(&"--grpc-port"))
+                    .then_some(["--grpc-port", "0"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(["--no-cache", "--log", "info"])
             .args(extra)
             .env_remove("RUST_LOG")

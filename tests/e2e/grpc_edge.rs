@@ -84,7 +84,11 @@ fn item_statuses(answer: &RawAnswer) -> Vec<serde_json::Value> {
         value.as_bytes().iter().all(|&b| b == b' ' || b.is_ascii_graphic()),
         "{value:?}"
     );
-    assert!(answer.metadata_bytes() <= 6 * 1024, "{} bytes of metadata", answer.metadata_bytes());
+    assert!(
+        answer.metadata_bytes() <= 6 * 1024,
+        "{} bytes of metadata",
+        answer.metadata_bytes()
+    );
     serde_json::from_slice(value.as_bytes()).expect("the trailer is JSON")
 }
 
@@ -93,7 +97,10 @@ async fn hostile_item_messages_leave_a_readable_item_status_trailer() {
     let (server, client) = faulty_server(faulty_config("timeout_ms = 5000")).await;
     for values in [vec![-50.0], vec![-12.0], vec![1.0, -50.0, -12.0, 3.0, -5.0]] {
         let message = faulty_request(&values).encode_to_vec();
-        let answer = client.call(INFER, vec![frame(&message)], true, WITHIN).await.expect("an answer");
+        let answer = client
+            .call(INFER, vec![frame(&message)], true, WITHIN)
+            .await
+            .expect("an answer");
         let status = answer.status();
         assert_eq!(status.code(), Code::InvalidArgument, "{values:?}: {status:?}");
         let items = item_statuses(&answer);
@@ -102,7 +109,10 @@ async fn hostile_item_messages_leave_a_readable_item_status_trailer() {
         assert_eq!(got, expect, "{values:?}: {items:?}");
         if values[0] == -50.0 {
             let error = items[0]["error"].as_str().expect("the message, clipped");
-            assert!(error.starts_with("faulty: hostile \r\n\0 \u{7f} \u{1b}[31m é 漢字 🦀"), "{error:?}");
+            assert!(
+                error.starts_with("faulty: hostile \r\n\0 \u{7f} \u{1b}[31m é 漢字 🦀"),
+                "{error:?}"
+            );
         }
     }
     server.stop().await;
@@ -133,7 +143,20 @@ fn malformed_messages(string_field: bool) -> Vec<(&'static str, Vec<u8>)> {
 /// A `ModelInferRequest` whose one input holds 5 bytes of packed FP32.
 fn five_bytes_of_fp32() -> Vec<u8> {
     let contents = [key(6, 2), 5, 0, 0, 128, 63, 0];
-    let mut input = vec![key(1, 2), 1, b'x', key(2, 2), 4, b'F', b'P', b'3', b'2', key(3, 2), 1, 1];
+    let mut input = vec![
+        key(1, 2),
+        1,
+        b'x',
+        key(2, 2),
+        4,
+        b'F',
+        b'P',
+        b'3',
+        b'2',
+        key(3, 2),
+        1,
+        1,
+    ];
     input.extend([key(5, 2), contents.len() as u8]);
     input.extend(contents);
     let mut message = vec![key(1, 2), 6];
@@ -153,27 +176,52 @@ async fn malformed_messages_and_framing_are_invalid_argument_on_every_rpc() {
             .map(|(what, message)| (what.to_owned(), vec![frame(&message)], true, Code::InvalidArgument))
             .collect();
         let valid = frame(&[]);
-        cases.push(("a message cut short, then END_STREAM".into(), vec![valid[..3].to_vec()], true, Code::InvalidArgument));
+        cases.push((
+            "a message cut short, then END_STREAM".into(),
+            vec![valid[..3].to_vec()],
+            true,
+            Code::InvalidArgument,
+        ));
         let mut short = frame(&[key(15, 0), 1]);
         short.pop();
-        cases.push(("a payload one byte short, then END_STREAM".into(), vec![short], true, Code::InvalidArgument));
+        cases.push((
+            "a payload one byte short, then END_STREAM".into(),
+            vec![short],
+            true,
+            Code::InvalidArgument,
+        ));
         let mut flag = frame(&[]);
         flag[0] = 2;
         cases.push(("compressed flag 2".into(), vec![flag], true, Code::InvalidArgument));
         // The spec's one exception: a compressed message without grpc-encoding is INTERNAL.
         let mut compressed = frame(&[]);
         compressed[0] = 1;
-        cases.push(("compressed flag 1 without grpc-encoding".into(), vec![compressed], true, Code::Internal));
+        cases.push((
+            "compressed flag 1 without grpc-encoding".into(),
+            vec![compressed],
+            true,
+            Code::Internal,
+        ));
         let client_streaming = path == STREAM_INFER || path.ends_with("ServerReflectionInfo");
         if !client_streaming {
             cases.push(("no message".into(), Vec::new(), true, Code::InvalidArgument));
             // (A valid Watch streams on, so it has no second-message case.)
             if !path.ends_with("Watch") {
-                cases.push(("two messages".into(), vec![frame(&[]), frame(&[])], true, Code::InvalidArgument));
+                cases.push((
+                    "two messages".into(),
+                    vec![frame(&[]), frame(&[])],
+                    true,
+                    Code::InvalidArgument,
+                ));
             }
         }
         if path == INFER || path == STREAM_INFER {
-            cases.push(("5 bytes of packed FP32".into(), vec![frame(&five_bytes_of_fp32())], true, Code::InvalidArgument));
+            cases.push((
+                "5 bytes of packed FP32".into(),
+                vec![frame(&five_bytes_of_fp32())],
+                true,
+                Code::InvalidArgument,
+            ));
         }
         for (what, chunks, end, expect) in cases {
             let answer = client
@@ -203,7 +251,12 @@ async fn malformed_messages_and_framing_are_invalid_argument_on_every_rpc() {
     eprintln!("{checked} malformed calls answered as the spec asks");
     // The server still serves.
     let answer = client
-        .call(INFER, vec![frame(&faulty_request(&[1.0]).encode_to_vec())], true, WITHIN)
+        .call(
+            INFER,
+            vec![frame(&faulty_request(&[1.0]).encode_to_vec())],
+            true,
+            WITHIN,
+        )
         .await
         .expect("an answer");
     assert_eq!(answer.status().code(), Code::Ok);
@@ -248,9 +301,14 @@ async fn a_message_cut_short_is_held_only_until_the_body_read_timeout() {
     }
     // A stream that waits between messages is not cut off: only a message has a deadline.
     let second = full.clone();
-    let answer = client.call(STREAM_INFER, vec![full.clone()], false, Duration::from_millis(1500)).await;
+    let answer = client
+        .call(STREAM_INFER, vec![full.clone()], false, Duration::from_millis(1500))
+        .await;
     assert!(answer.is_none(), "an idle stream was ended: {answer:?}");
-    let answer = client.call(STREAM_INFER, vec![full, second], true, WITHIN).await.expect("an answer");
+    let answer = client
+        .call(STREAM_INFER, vec![full, second], true, WITHIN)
+        .await
+        .expect("an answer");
     assert_eq!(answer.status().code(), Code::Ok);
     let metrics = crate::common::metrics::scrape(&server).await;
     assert_eq!(

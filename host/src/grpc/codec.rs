@@ -71,7 +71,10 @@ impl<U: Message + Default + 'static> Decoder for CheckedDecoder<U> {
         // tonic hands a whole message in one buffer; anything else is not checked and so
         // not decoded.
         if bytes.len() != buf.remaining() {
-            return Err(status(Code::Internal, "the request could not be checked before decoding"));
+            return Err(status(
+                Code::Internal,
+                "the request could not be checked before decoding",
+            ));
         }
         let message = decode_infer_request(bytes).map_err(|e| edge_status(&e))?;
         let len = buf.remaining();

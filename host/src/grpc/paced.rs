@@ -166,9 +166,7 @@ impl HttpBody for Paced {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done
-            || (self.inner.is_end_stream()
-                && self.held.as_ref().is_none_or(|held| lock(held).rest.is_empty()))
+        self.done || (self.inner.is_end_stream() && self.held.as_ref().is_none_or(|held| lock(held).rest.is_empty()))
     }
 
     fn size_hint(&self) -> SizeHint {

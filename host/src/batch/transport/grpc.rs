@@ -350,7 +350,10 @@ fn item_statuses(status: &tonic::Status) -> Option<Vec<Result<(), ItemError>>> {
             )),
         };
         // Never more entries than a request has items (a request is bounded; a count is not).
-        let count = item.count.unwrap_or(1).min(MAX_TRAILER_ITEMS.saturating_sub(statuses.len()));
+        let count = item
+            .count
+            .unwrap_or(1)
+            .min(MAX_TRAILER_ITEMS.saturating_sub(statuses.len()));
         statuses.extend(std::iter::repeat_n(outcome, count));
     }
     Some(statuses)
