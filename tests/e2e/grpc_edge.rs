@@ -317,3 +317,43 @@ async fn a_message_cut_short_is_held_only_until_the_body_read_timeout() {
     );
     server.stop().await;
 }
+
+/// A 16 MiB answer (fault -51), given to HTTP/2 in 64 KiB pieces, arrives whole and
+/// intact, once as a unary answer and twice on one stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_answers_arrive_whole_in_pieces() {
+    let repository = common::faulty_repository(
+        "[stages]\npredict = \"predict.wasm\"\n\n[[inputs]]\nname = \"x\"\ndatatype = \"FP32\"\nshape = [1]\n\n\
+         [[outputs]]\nname = \"y\"\ndatatype = \"FP32\"\nshape = [-1]\n\n[batching]\nmax_batch_size = 1\n\n\
+         [limits]\nmemory_mib = 256\ntimeout_ms = 20000\n",
+    );
+    let server = TestServer::start_with_grpc(ServeConfig::for_repository(repository.path())).await;
+    let address = server.grpc_address.expect("gRPC address");
+    let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = tensorplug::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient::new(channel)
+        .max_decoding_message_size(usize::MAX);
+    let check = |raw: &[Vec<u8>]| {
+        assert_eq!(raw.len(), 1);
+        assert_eq!(raw[0].len(), 16 << 20);
+        let expect = (-102.0f32).to_le_bytes();
+        assert!(raw[0].chunks(4).all(|v| v == expect), "the answer's values");
+    };
+    let answer = client.model_infer(faulty_request(&[-51.0])).await.expect("an answer");
+    check(&answer.get_ref().raw_output_contents);
+    let requests = tokio_stream::iter(vec![faulty_request(&[-51.0]), faulty_request(&[-51.0])]);
+    let mut answers = client
+        .model_stream_infer(requests)
+        .await
+        .expect("a stream")
+        .into_inner();
+    for _ in 0..2 {
+        let answer = answers.message().await.expect("an answer").expect("a message");
+        assert_eq!(answer.error_message, "");
+        check(&answer.infer_response.expect("a response").raw_output_contents);
+    }
+    server.stop().await;
+}
