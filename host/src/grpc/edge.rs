@@ -7,10 +7,12 @@
 //!   is dropped ([`super::paced`]).
 //! - A client's malformed message or framing, which tonic answers `INTERNAL`, is answered
 //!   `INVALID_ARGUMENT` ([`super::status::malformed`]), in a trailers-only answer's
-//!   headers as in an answer's trailers.
+//!   headers as in an answer's trailers; a reflection call's, which tonic-reflection
+//!   answers `OK`, too ([`super::reflection_check`]).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::AtomicU8;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -18,12 +20,13 @@ use std::time::Duration;
 use tonic::body::Body;
 use tonic::codegen::http::{HeaderMap, Request, Response};
 use tonic::codegen::Service;
-use tonic::Status;
+use tonic::{Code, Status};
 use tower_layer::Layer;
 
 use super::metrics::GrpcMetrics;
 use super::paced::Paced;
 use super::read_deadline::ReadDeadline;
+use super::reflection_check::{ReflectionCheck, COMPRESSED, MALFORMED};
 use super::status::{malformed, status};
 
 /// The bounds the layer applies, shared by every call.
@@ -91,14 +94,17 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let streaming = CLIENT_STREAMING.contains(&request.uri().path());
+        let path = request.uri().path();
+        let streaming = CLIENT_STREAMING.contains(&path);
+        let malformed_request: Option<Arc<AtomicU8>> = path.contains("ServerReflection").then(Arc::default);
+        let check = malformed_request.clone().map(ReflectionCheck::new);
         let bounds = self.bounds.clone();
-        let request = request.map(|body| Body::new(ReadDeadline::new(body, streaming, bounds.clone())));
+        let request = request.map(|body| Body::new(ReadDeadline::new(body, streaming, bounds.clone(), check)));
         let answer = self.inner.call(request);
         Box::pin(async move {
             let mut response = answer.await?;
             rewrite_client_fault(response.headers_mut(), bounds.metrics.as_ref());
-            Ok(response.map(|body| Body::new(Paced::new(body, bounds))))
+            Ok(response.map(|body| Body::new(Paced::new(body, bounds, malformed_request))))
         })
     }
 }
@@ -126,4 +132,30 @@ pub fn rewrite_client_fault(headers: &mut HeaderMap, metrics: Option<&GrpcMetric
         // Only fails for a message that cannot be a header, which `status` never gives.
         let _ = status(code, answered.message()).add_header(headers);
     }
+}
+
+/// Answers a reflection call whose request the check found wrong (which tonic-reflection
+/// ends with `OK`) with what it found, in its final `headers`.
+pub fn refuse_malformed(headers: &mut HeaderMap, found: u8, metrics: Option<&GrpcMetrics>) {
+    if headers.get("grpc-status").map(|v| v.as_bytes()) != Some(&b"0"[..]) {
+        return;
+    }
+    let refusal = match found {
+        MALFORMED => {
+            if let Some(metrics) = metrics {
+                metrics.count_malformed();
+            }
+            status(
+                Code::InvalidArgument,
+                "failed to decode Protobuf message: a reflection request message is malformed",
+            )
+        }
+        COMPRESSED => status(
+            Code::Internal,
+            "protocol error: received message with compressed-flag but no grpc-encoding was specified",
+        ),
+        _ => return,
+    };
+    headers.remove("grpc-message");
+    let _ = refusal.add_header(headers);
 }

@@ -19,6 +19,7 @@ pub mod incoming;
 pub mod metrics;
 mod paced;
 mod read_deadline;
+mod reflection_check;
 mod service;
 pub mod status;
 

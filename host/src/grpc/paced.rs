@@ -16,6 +16,7 @@
 //! ([`super::edge::rewrite_client_fault`]).
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 
@@ -26,7 +27,7 @@ use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::Status;
 
-use super::edge::{rewrite_client_fault, EdgeBounds};
+use super::edge::{refuse_malformed, rewrite_client_fault, EdgeBounds};
 use super::status::{edge_status, EdgeError};
 
 /// Bytes given to h2 at a time; a smaller data frame passes as it is.
@@ -49,11 +50,14 @@ pub struct Paced {
     _alive: Option<oneshot::Sender<()>>,
     bounds: Arc<EdgeBounds>,
     done: bool,
+    /// Set when a reflection call's request was malformed ([`super::reflection_check`]).
+    malformed_request: Option<Arc<AtomicU8>>,
 }
 
 impl Paced {
-    pub fn new(inner: Body, bounds: Arc<EdgeBounds>) -> Self {
+    pub fn new(inner: Body, bounds: Arc<EdgeBounds>, malformed_request: Option<Arc<AtomicU8>>) -> Self {
         Self {
+            malformed_request,
             inner,
             held: None,
             _alive: None,
@@ -156,6 +160,9 @@ impl HttpBody for Paced {
                 Ok(data) => Poll::Ready(Some(Ok(Frame::data(data)))),
                 Err(mut frame) => {
                     if let Some(trailers) = frame.trailers_mut() {
+                        if let Some(found) = &self.malformed_request {
+                            refuse_malformed(trailers, found.load(Ordering::Relaxed), self.bounds.metrics.as_ref());
+                        }
                         rewrite_client_fault(trailers, self.bounds.metrics.as_ref());
                     }
                     Poll::Ready(Some(Ok(frame)))

@@ -20,6 +20,7 @@ use tonic::body::Body;
 use tonic::Status;
 
 use super::edge::EdgeBounds;
+use super::reflection_check::ReflectionCheck;
 use super::status::{edge_status, EdgeError};
 
 /// Where the body is in the gRPC framing.
@@ -84,10 +85,12 @@ pub struct ReadDeadline {
     timer: Option<(Instant, Pin<Box<Sleep>>)>,
     bounds: Arc<EdgeBounds>,
     failed: bool,
+    /// A reflection call's check of its messages.
+    check: Option<ReflectionCheck>,
 }
 
 impl ReadDeadline {
-    pub fn new(inner: Body, streaming: bool, bounds: Arc<EdgeBounds>) -> Self {
+    pub fn new(inner: Body, streaming: bool, bounds: Arc<EdgeBounds>, check: Option<ReflectionCheck>) -> Self {
         let deadline = (!streaming).then(|| Instant::now() + bounds.message_read_timeout);
         Self {
             inner,
@@ -97,6 +100,7 @@ impl ReadDeadline {
             timer: None,
             bounds,
             failed: false,
+            check,
         }
     }
 
@@ -142,8 +146,17 @@ impl HttpBody for ReadDeadline {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     self.track(data);
+                    if let Some(check) = &mut self.check {
+                        check.feed(data);
+                    }
                 }
                 Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None) => {
+                if let Some(check) = &self.check {
+                    check.end();
+                }
+                Poll::Ready(None)
             }
             Poll::Ready(other) => Poll::Ready(other),
             Poll::Pending if self.expired(cx) => {
