@@ -58,10 +58,20 @@ impl ServerProcess {
     /// Serves `repository` like [`Self::spawn`], returning as soon as it listens.
     pub async fn spawn_unready(repository: &Path, extra: &[&str]) -> Self {
         super::require_plugins(repository);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tensorplug"))
+        // TENSORPLUG_TEST_BINARY: another build (an older one, for "before" figures).
+        let binary =
+            std::env::var("TENSORPLUG_TEST_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tensorplug").into());
+        let mut child = Command::new(binary)
             .arg("serve")
             .arg(repository)
-            .args(["--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0"])
+            .args(["--host", "127.0.0.1", "--http-port", "0"])
+            // gRPC off unless the test gives it a port (see [`free_port`]).
+            .args(
+                (!extra.contains(&"--grpc-port"))
+                    .then_some(["--grpc-port", "0"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(["--no-cache", "--log", "info"])
             .args(extra)
             .env_remove("RUST_LOG")
@@ -118,6 +128,14 @@ impl ServerProcess {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.address, path)
+    }
+
+    /// The gRPC port's address, as the start-up log announces it.
+    pub fn grpc_address(&self) -> SocketAddr {
+        self.log()
+            .iter()
+            .find_map(|line| line.split(" grpc=").nth(1)?.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no gRPC address in the log: {:?}", self.log()))
     }
 
     pub fn pid(&self) -> u32 {
@@ -188,6 +206,12 @@ impl ServerProcess {
         let _ = tokio::time::timeout(within, stream.read_to_end(&mut answer)).await;
         String::from_utf8_lossy(&answer).into_owned()
     }
+}
+
+/// A loopback port free at the time of asking (for `--grpc-port`, which takes no 0).
+pub fn free_port() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").port().to_string()
 }
 
 /// The REST address a start-up log line announces, in text (`address=...`) or JSON

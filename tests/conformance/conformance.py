@@ -560,6 +560,45 @@ def triton_checks(args, oracle):
         "tritonclient.grpc faulty [1, -5, 3]: InferenceServerException with the summary; the item-status trailer",
         grpc_partial_failure,
     )
+
+    # -- tritonclient.grpc: item messages written to break headers (faults -50, -12) --
+    def grpc_hostile_item_messages():
+        # -50: control characters, CR/LF, NUL, DEL, non-ASCII, 64 KiB; -12: 10 MiB.
+        values = [1.0, -50.0, -12.0]
+        tensor = grpcclient.InferInput("x", [3, 1], "FP32")
+        tensor.set_data_from_numpy(faulty_x(values))
+        try:
+            grpc.infer("faulty", [tensor], request_id="hostile")
+        except InferenceServerException as error:
+            message = error.message()
+            expect(message.startswith(SUMMARY_GRPC.format(failed=2, items=3)), f"the exception's message {message[:200]!r}")
+            expect_eq(error.status(), "StatusCode.INVALID_ARGUMENT", "the exception's status")
+        else:
+            raise CheckFailed("a request with hostile item messages did not raise InferenceServerException")
+
+        import grpc as grpcio
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        request = service_pb2.ModelInferRequest(model_name="faulty", id="hostile")
+        request.inputs.add(name="x", datatype="FP32", shape=[3, 1])
+        request.raw_input_contents.append(faulty_x(values).tobytes())
+        with grpcio.insecure_channel(args.grpc) as channel:
+            try:
+                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+            except grpcio.RpcError as error:
+                trailers = dict(error.trailing_metadata() or ())
+                expect_eq(error.code(), grpcio.StatusCode.INVALID_ARGUMENT, "the stub's status code")
+            else:
+                raise CheckFailed("the stub's request with hostile item messages succeeded")
+        expect("tensorplug-item-status" in trailers, f"no tensorplug-item-status in trailers {list(trailers)}")
+        statuses = json.loads(trailers["tensorplug-item-status"])
+        expect_eq([s.get("status") for s in statuses], [200, 422, 422], f"statuses in {statuses}")
+        expect(statuses[1].get("error", "").startswith("faulty: hostile \r\n\0 \x7f"), f"item 1's error in {statuses}")
+
+    run(
+        "tritonclient.grpc faulty [1, -50, -12]: hostile item messages; the item-status trailer still arrives",
+        grpc_hostile_item_messages,
+    )
     grpc.close()
 
 

@@ -13,6 +13,7 @@ mod deadlines;
 mod digits;
 mod faults;
 mod grpc;
+mod grpc_edge;
 mod logs;
 mod metrics;
 mod nn;

@@ -16,7 +16,7 @@ use crate::common;
 use tensorplug::app::config::{ConnectionArgs, ServeConfig};
 use tensorplug::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tensorplug::grpc::proto::model_infer_request::InferInputTensor;
-use tensorplug::grpc::proto::{InferTensorContents, ModelInferRequest, ServerLiveRequest};
+use tensorplug::grpc::proto::{InferTensorContents, ModelInferRequest, ServerReadyRequest};
 
 /// The longest any single wait here may take.
 const BOUND: Duration = Duration::from_secs(10);
@@ -68,7 +68,7 @@ impl Server {
             _repository: repository,
         };
         let started = Instant::now();
-        while server.live().await.is_err() {
+        while server.ready().await.is_err() {
             assert!(started.elapsed() < BOUND, "the gRPC port never answered");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -84,12 +84,14 @@ impl Server {
         Ok(GrpcInferenceServiceClient::new(channel))
     }
 
-    /// One ServerLive call on a fresh connection.
-    async fn live(&self) -> Result<bool, String> {
+    /// One ServerReady call on a fresh connection.
+    async fn ready(&self) -> Result<bool, String> {
         let mut client = self.client().await.map_err(|e| e.to_string())?;
-        let call = client.server_live(ServerLiveRequest {});
+        // Ready, not only live: the faulty model loads in the background.
+        let call = client.server_ready(ServerReadyRequest {});
         match tokio::time::timeout(Duration::from_secs(3), call).await {
-            Ok(Ok(answer)) => Ok(answer.into_inner().live),
+            Ok(Ok(answer)) if answer.get_ref().ready => Ok(true),
+            Ok(Ok(_)) => Err("not ready yet".into()),
             Ok(Err(status)) => Err(status.to_string()),
             Err(_) => Err("no answer in 3 s".into()),
         }
@@ -192,14 +194,17 @@ async fn grpc_and_rest_connections_share_one_cap() {
     let mut refused = TcpStream::connect(server.grpc).await.expect("connect");
     let closed = closed_within(&mut refused, Duration::from_secs(2)).await;
     assert!(closed.is_some(), "a connection beyond the cap stays open");
-    assert!(server.live().await.is_err(), "a gRPC call beyond the cap is not served");
+    assert!(
+        server.ready().await.is_err(),
+        "a gRPC call beyond the cap is not served"
+    );
     let (status, _) = rest_get(server.rest, "/v2/health/live").await;
     assert_eq!(status, 503, "a REST connection beyond the cap is refused too");
 
     // Slots free again: gRPC serves.
     drop(held);
     let started = Instant::now();
-    while server.live().await != Ok(true) {
+    while server.ready().await != Ok(true) {
         assert!(started.elapsed() < BOUND, "gRPC never served again");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -7,6 +7,7 @@ mod common;
 
 mod connections;
 mod grpc_connections;
+mod grpc_edge;
 mod hostile;
 
 /// Each test here runs a server and pushes it to a limit; measured one at a time, its

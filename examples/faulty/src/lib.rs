@@ -28,6 +28,8 @@
 //! | -21 | runs `digits` on an input of the wrong shape; the host's refusal is the item's error |
 //! | -22 | runs `digits` on an input of the wrong type; the host's refusal is the item's error |
 //! | -23 | passes graph bytes to `wasi:nn`'s `load`; the host's refusal becomes the item's 422 |
+//! | -50 | an item failure 422 whose message holds every byte a header must not: control characters, CR/LF, NUL, DEL, non-ASCII, 64 KiB of it |
+//! | -51 | the item's row of `y` is 16 MiB wide (4 Mi values; declare `y`'s shape `[-1]`) |
 //!
 //! It keeps metrics: the counter `batches`, the gauge `last_batch_size` and the histogram
 //! `item_value` (each item's |x|), and declares the metadata `purpose` and `scale`.
@@ -119,15 +121,26 @@ impl Predictor for Faulty {
             y.push(scale * v);
         }
 
+        // Rows wider than one value (fault -51): every row as wide as the widest.
+        let wide = x.values::<f32>()?.iter().any(|&v| edge_fault(v) == Some(51));
+        let width: usize = if wide { WIDE_ROW } else { 1 };
+        for (i, &v) in x.values::<f32>()?.iter().enumerate() {
+            if edge_fault(v) == Some(50) {
+                failures.push(ItemError::new(422, hostile_message()).at(i as u32));
+            }
+        }
         if extra_row {
             y.push(0.0);
+        }
+        if width > 1 {
+            y = y.iter().flat_map(|&v| std::iter::repeat_n(v, width)).collect();
         }
         if bad_index {
             failures.push(ItemError::internal("faulty: index out of range").at(n as u32));
         }
         let name = if wrong_name { "wrong" } else { "y" };
         let rows = y.len() as u64;
-        let mut outputs = vec![Tensor::from_f32(name, &[rows, 1], &y)];
+        let mut outputs = vec![Tensor::from_f32(name, &[rows / width as u64, width as u64], &y)];
         if twice {
             outputs.push(Tensor::from_f32(name, &[rows, 1], &y));
         }
@@ -145,6 +158,25 @@ impl Predictor for Faulty {
 fn fault_code(v: f32) -> Option<u8> {
     let code = -v;
     (code.fract() == 0.0 && (1.0..=23.0).contains(&code)).then_some(code as u8)
+}
+
+/// `Some(k)` when `v` is exactly `-k` for a gRPC-edge fault code `k` in 50..=59.
+fn edge_fault(v: f32) -> Option<u8> {
+    let code = -v;
+    (code.fract() == 0.0 && (50.0..=59.0).contains(&code)).then_some(code as u8)
+}
+
+/// Values in one row of `y` under fault -51 (16 MiB of FP32).
+const WIDE_ROW: usize = 4 << 20;
+
+/// 64 KiB of what no header value may hold raw.
+fn hostile_message() -> String {
+    let mut message = String::from("faulty: hostile \r\n\0 \u{7f} \u{1b}[31m é 漢字 🦀 ");
+    message.extend((0u8..=127).map(char::from));
+    while message.len() < 64 * 1024 {
+        message.push_str("\r\nX-Injected: 1\0\u{7f}é漢🦀");
+    }
+    message
 }
 
 /// Runs the graph `digits` once on `input`.

@@ -241,6 +241,12 @@ pub struct ServeConfig {
     #[arg(long, env = "TENSORPLUG_GRPC_PORT", default_value_t = 8081)]
     pub grpc_port: u16,
 
+    /// Most calls open at once on one gRPC connection (advertised as HTTP/2's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS; a client beyond it waits, or is refused the stream).
+    #[arg(long, env = "TENSORPLUG_GRPC_MAX_CONCURRENT_STREAMS", default_value_t = ServeConfig::DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub grpc_max_concurrent_streams: u32,
+
     /// Largest accepted request body in bytes; larger requests get 413.
     #[arg(long, env = "TENSORPLUG_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024,
           value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 32)))]
@@ -294,6 +300,9 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
+    /// As many servers do (and what grpc-go's and Envoy's clients expect to meet).
+    pub const DEFAULT_GRPC_MAX_CONCURRENT_STREAMS: u32 = 100;
+
     /// Settings for a server on `127.0.0.1:0` serving `repository`, as tests use it.
     pub fn for_repository(repository: impl Into<PathBuf>) -> Self {
         Self {
@@ -302,6 +311,7 @@ impl ServeConfig {
             http_port: 0,
             // Off: tests that want gRPC hand `server::run_with_grpc` a bound listener.
             grpc_port: 0,
+            grpc_max_concurrent_streams: Self::DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
             max_body_bytes: 64 * 1024 * 1024,
             shutdown_grace_secs: 30,
             log: "info".into(),

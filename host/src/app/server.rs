@@ -95,6 +95,7 @@ pub async fn run_with_grpc(
     // One cap for both ports: the descriptor reserve holds whatever the mix.
     let connection_slots = Arc::new(Semaphore::new(limits.max_connections.min(Semaphore::MAX_PERMITS)));
     let max_body_bytes = usize::try_from(config.max_body_bytes).unwrap_or(usize::MAX);
+    let grpc_max_concurrent_streams = config.grpc_max_concurrent_streams;
     let repository_access = RepositoryAccess {
         api: config.repository_api,
         model_control: config.model_control,
@@ -156,6 +157,8 @@ pub async fn run_with_grpc(
                     slots: connection_slots.clone(),
                     idle_timeout: limits.idle_timeout,
                 },
+                message_read_timeout: limits.body_read_timeout,
+                max_concurrent_streams: grpc_max_concurrent_streams,
             };
             Some(tokio::spawn(async move {
                 // Logged when it happens; REST serves on.

@@ -12,8 +12,12 @@
 
 use crate::protocol::limits::{MAX_DIMS, MAX_INPUTS, MAX_OUTPUTS, MAX_PARAMETERS};
 
-/// Decoded tensor bytes allowed per byte of message (plus [`CONTENT_SLACK`]).
-pub const MAX_CONTENT_AMPLIFICATION: usize = 4;
+/// Decoded tensor bytes allowed per byte of message (plus [`CONTENT_SLACK`]). Two, not
+/// REST's four: a decoded gRPC request holds its typed values and then, while they become
+/// the tensor's bytes, both at once, so this keeps the peak within REST's bound (6 × the
+/// body + 32 MiB). Clients with large tensors send `raw_input_contents` (one byte per
+/// byte) or packed floats (the same).
+pub const MAX_CONTENT_AMPLIFICATION: usize = 2;
 
 /// Decoded tensor bytes always allowed, whatever the message's size.
 const CONTENT_SLACK: usize = 1 << 20;
@@ -90,6 +94,15 @@ impl<'a> Fields<'a> {
             _ => return Err(BudgetError::Malformed),
         };
         Ok((key >> 3, value))
+    }
+}
+
+impl<'a> Fields<'a> {
+    /// The next field and its bytes on the wire (key included).
+    fn field_raw(&mut self) -> Result<(u64, Value<'a>, &'a [u8]), BudgetError> {
+        let start = self.rest;
+        let (number, value) = self.field()?;
+        Ok((number, value, &start[..start.len() - self.rest.len()]))
     }
 }
 
@@ -212,6 +225,85 @@ fn contents_cost(contents: &[u8]) -> Result<usize, BudgetError> {
         cost = cost.saturating_add(count.saturating_mul(element));
     }
     Ok(cost)
+}
+
+/// A `ModelInferRequest` with its inputs' typed `contents` taken out, so that they can be
+/// decoded into vectors sized beforehand: prost grows a repeated field by doubling as it
+/// decodes, which for a large tensor holds up to three times its size at once.
+pub struct Split<'a> {
+    /// The message without any input's `contents` (small: names, shapes, parameters).
+    pub rest: Vec<u8>,
+    /// Each input's `contents` fields (usually one), in input order.
+    pub contents: Vec<Vec<&'a [u8]>>,
+}
+
+/// [`Split`] for a message (already checked by [`check_infer_request`]); None when no
+/// input has typed contents (prost then decodes the message as it is).
+pub fn split_contents(message: &[u8]) -> Result<Option<Split<'_>>, BudgetError> {
+    let mut any = false;
+    for field in fields(message) {
+        if let (5, Value::Bytes(input)) = field? {
+            for field in fields(input) {
+                any |= matches!(field?, (5, Value::Bytes(_)));
+            }
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    let mut rest = Vec::new();
+    let mut contents = Vec::new();
+    let mut walk = fields(message);
+    while !walk.rest.is_empty() {
+        let (number, value, raw) = walk.field_raw()?;
+        let (5, Value::Bytes(input)) = (number, value) else {
+            rest.extend_from_slice(raw);
+            continue;
+        };
+        let mut kept = Vec::new();
+        let mut own = Vec::new();
+        let mut input_walk = fields(input);
+        while !input_walk.rest.is_empty() {
+            match input_walk.field_raw()? {
+                (5, Value::Bytes(slice), _) => own.push(slice),
+                (_, _, raw) => kept.extend_from_slice(raw),
+            }
+        }
+        rest.push(5 << 3 | 2);
+        put_varint(&mut rest, kept.len() as u64);
+        rest.extend_from_slice(&kept);
+        contents.push(own);
+    }
+    Ok(Some(Split { rest, contents }))
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// How many elements each field of `InferTensorContents` (by number, 1 to 8) gets from
+/// `slices`, packed or not.
+pub fn contents_counts(slices: &[&[u8]]) -> Result<[usize; 9], BudgetError> {
+    let mut counts = [0usize; 9];
+    for slice in slices {
+        for field in fields(slice) {
+            let (number, value) = field?;
+            let Ok(index) = usize::try_from(number) else { continue };
+            let Some(count) = counts.get_mut(index) else { continue };
+            let n = match (number, value) {
+                (6, Value::Bytes(packed)) => packed.len() / 4,
+                (7, Value::Bytes(packed)) => packed.len() / 8,
+                (1..=5, Value::Bytes(packed)) => packed_varints(packed),
+                _ => 1,
+            };
+            *count = count.saturating_add(n);
+        }
+    }
+    Ok(counts)
 }
 
 #[cfg(test)]

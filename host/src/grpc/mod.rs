@@ -13,9 +13,13 @@
 pub mod budget;
 pub mod codec;
 pub mod convert;
+pub mod edge;
 mod health;
 pub mod incoming;
 pub mod metrics;
+mod paced;
+mod read_deadline;
+mod reflection_check;
 mod service;
 pub mod status;
 
@@ -53,6 +57,11 @@ pub struct GrpcState {
     pub metrics: Option<metrics::GrpcMetrics>,
     /// The connection cap (shared with REST) and idle timeout.
     pub connections: incoming::ConnectionBounds,
+    /// Longest time one request message may take to arrive (REST's body read timeout).
+    pub message_read_timeout: std::time::Duration,
+    /// Most streams (calls) open at once on one connection (HTTP/2's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS); the client waits for one to end before the next.
+    pub max_concurrent_streams: u32,
 }
 
 /// Serves the gRPC services on `listener` until `shutdown` resolves, then stops taking
@@ -77,6 +86,11 @@ pub async fn serve(
     let repository = state.repository.clone();
     let refused = state.metrics.clone();
     let ping_interval = state.connections.ping_interval();
+    let edge = edge::EdgeLayer::new(edge::EdgeBounds {
+        message_read_timeout: state.message_read_timeout,
+        answer_unread_timeout: state.connections.idle_timeout,
+        metrics: state.metrics.clone(),
+    });
     let incoming = incoming::accept(listener, state.connections, move || {
         tracing::debug!("gRPC connection refused: the connection cap is reached");
         if let Some(metrics) = &refused {
@@ -98,6 +112,8 @@ pub async fn serve(
     Server::builder()
         .http2_keepalive_interval(Some(ping_interval))
         .http2_keepalive_timeout(Some(ping_interval))
+        .max_concurrent_streams(state.max_concurrent_streams)
+        .layer(edge)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -1,11 +1,12 @@
 //! `inference.GRPCInferenceService`: each RPC asks [`crate::api`] what the matching REST
 //! route asks it.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::Stream;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Request, Response, Status, Streaming};
 use tracing::Instrument;
@@ -147,6 +148,66 @@ async fn infer(model: &Arc<Model>, message: ModelInferRequest) -> Result<ModelIn
 
 type InferStream = Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
 
+type Answering = Pin<Box<dyn Future<Output = ModelStreamInferResponse> + Send>>;
+
+/// The answers of one `ModelStreamInfer`, made on demand: the next request is read and run
+/// only when the stream is polled for the next answer. tonic polls it when the body asks
+/// for more, which (through [`super::paced`]) happens once h2 has room, i.e. once the
+/// client reads; so a client that stops reading stops being served, and the server holds
+/// at most the one answer it has not taken (no channel of answers piling up). A
+/// malformed message ends the stream with its status.
+struct Answers {
+    incoming: Option<Streaming<ModelInferRequest>>,
+    running: Option<Answering>,
+    service: Inference,
+}
+
+impl Answers {
+    async fn answer(service: Inference, message: ModelInferRequest) -> ModelStreamInferResponse {
+        match service.counted("ModelStreamInfer", service.infer(message).await) {
+            Ok(response) => ModelStreamInferResponse {
+                error_message: String::new(),
+                infer_response: Some(response.into_inner()),
+            },
+            Err(status) => ModelStreamInferResponse {
+                error_message: status.message().to_owned(),
+                infer_response: None,
+            },
+        }
+    }
+}
+
+impl Stream for Answers {
+    type Item = Result<ModelStreamInferResponse, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(running) = &mut self.running {
+                let answer = ready!(running.as_mut().poll(cx));
+                self.running = None;
+                return Poll::Ready(Some(Ok(answer)));
+            }
+            let Some(incoming) = &mut self.incoming else {
+                return Poll::Ready(None);
+            };
+            match ready!(Pin::new(incoming).poll_next(cx)) {
+                Some(Ok(message)) => {
+                    let service = self.service.clone();
+                    self.running = Some(Box::pin(Self::answer(service, message)));
+                }
+                Some(Err(status)) => {
+                    self.incoming = None;
+                    return Poll::Ready(Some(Err(status)));
+                }
+                None => {
+                    self.incoming = None;
+                    return Poll::Ready(None);
+                }
+            }
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl GrpcInferenceService for Inference {
     async fn server_live(&self, _: Request<ServerLiveRequest>) -> Result<Response<ServerLiveResponse>, Status> {
@@ -199,36 +260,18 @@ impl GrpcInferenceService for Inference {
     type ModelStreamInferStream = InferStream;
 
     /// Requests on one stream are answered in order; a failed one answers its message in
-    /// `error_message` and the stream goes on.
+    /// `error_message` and the stream goes on. A request is read and run only when the
+    /// answer stream is asked for its next answer, i.e. once the client has taken the
+    /// previous one (see [`Answers`]).
     async fn model_stream_infer(
         &self,
         request: Request<Streaming<ModelInferRequest>>,
     ) -> Result<Response<InferStream>, Status> {
-        let mut incoming = request.into_inner();
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let service = self.clone();
-        tokio::spawn(async move {
-            while let Some(message) = incoming.next().await {
-                let answer = match message {
-                    Ok(message) => match service.counted("ModelStreamInfer", service.infer(message).await) {
-                        Ok(response) => Ok(ModelStreamInferResponse {
-                            error_message: String::new(),
-                            infer_response: Some(response.into_inner()),
-                        }),
-                        Err(status) => Ok(ModelStreamInferResponse {
-                            error_message: status.message().to_owned(),
-                            infer_response: None,
-                        }),
-                    },
-                    Err(status) => Err(status),
-                };
-                let stop = answer.is_err();
-                if tx.send(answer).await.is_err() || stop {
-                    break;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(Answers {
+            incoming: Some(request.into_inner()),
+            running: None,
+            service: self.clone(),
+        })))
     }
 
     async fn model_statistics(

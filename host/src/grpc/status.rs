@@ -28,18 +28,26 @@ use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::serving::RepositoryError;
 
 /// Trailer of a failed answer (one item, or a multi-item request whose items partly
-/// failed): a JSON array, one entry per item in request order, `{"status": 200}` or `{"status": 400, "error": "..."}` (ASCII only:
-/// other characters are `\u` escapes).
+/// failed): a JSON array over the items in request order, `{"status": 200}` or
+/// `{"status": 400, "error": "..."}`. Always present on such an answer and always a valid
+/// header value: only visible ASCII and spaces (every other character, control characters
+/// and DEL included, is a `\u` escape, so the value stays JSON), at most
+/// [`TRAILER_BYTES`]. When the entries with their messages do not fit, they go without
+/// messages and runs of equal statuses are merged (`{"status": 200, "count": 120}`);
+/// when even those do not fit, a last entry `{"status": <worst>, "count": <the rest>,
+/// "unreported": true}` covers the items left out.
 pub const ITEM_STATUS_TRAILER: &str = "tensorplug-item-status";
 
-/// Bytes of one item's error message kept in the trailer (the status message quotes the
-/// first failure whole); the trailer is a header block, which clients cap (often at 8 or
-/// 16 KiB).
+/// Bytes of one item's error message kept in the trailer (before escaping; a character
+/// escaped takes up to 12 bytes).
 const TRAILER_MESSAGE_BYTES: usize = 200;
-/// Bytes of the first failure's message quoted in the status message (a header too).
-const MESSAGE_BYTES: usize = 1024;
-/// Bytes of the whole trailer value; beyond it, items' messages are left out.
-const TRAILER_BYTES: usize = 8 * 1024;
+/// Bytes of the status message (`grpc-message`, which tonic percent-encodes: up to 3
+/// bytes per byte). Together with [`TRAILER_BYTES`] the trailers stay well within the
+/// 8 KiB of metadata that gRPC clients (grpc-core, so `tritonclient.grpc`) accept by
+/// default.
+const MESSAGE_BYTES: usize = 512;
+/// Bytes of the whole trailer value.
+pub const TRAILER_BYTES: usize = 3 * 1024;
 
 /// The gRPC code of a request-level error.
 pub fn code_of(error: &ServeError) -> Code {
@@ -64,7 +72,66 @@ pub fn code_of(error: &ServeError) -> Code {
 
 /// The gRPC status of a request-level error.
 pub fn status_of(error: &ServeError) -> Status {
-    Status::new(code_of(error), error.to_string())
+    status(code_of(error), &error.to_string())
+}
+
+/// A status whose message is clipped to [`MESSAGE_BYTES`]: whatever a message quotes, it
+/// fits the header block a client accepts.
+pub fn status(code: Code, message: &str) -> Status {
+    Status::new(code, clip_bytes(message, MESSAGE_BYTES))
+}
+
+/// What the edge itself refuses, beside the service's errors.
+#[derive(Debug, thiserror::Error)]
+pub enum EdgeError {
+    /// A request message's bytes did not all arrive within the body read timeout (REST's
+    /// 408).
+    #[error("a request message did not arrive within the body read timeout (body_read_timeout_ms = {limit_ms})")]
+    MessageReadTimeout { limit_ms: u128 },
+    /// An answer was left unread by its client for the idle timeout.
+    #[error("the answer was left unread for the idle timeout (idle_timeout_ms = {limit_ms})")]
+    AnswerUnread { limit_ms: u128 },
+    /// A message refused by the decode-cost check.
+    #[error("request refused before decoding: {0}")]
+    Budget(#[from] super::budget::BudgetError),
+    /// A message that is not valid protobuf.
+    #[error("{0}")]
+    Malformed(#[from] prost::DecodeError),
+}
+
+/// The gRPC status of an edge refusal.
+pub fn edge_status(error: &EdgeError) -> Status {
+    let code = match error {
+        EdgeError::MessageReadTimeout { .. } | EdgeError::AnswerUnread { .. } => item_code(408),
+        EdgeError::Budget(_) | EdgeError::Malformed(_) => Code::InvalidArgument,
+    };
+    status(code, &error.to_string())
+}
+
+/// tonic's (and prost's) own messages for a client's malformed message or framing, which
+/// they answer `INTERNAL`; the gRPC spec asks `INTERNAL` only for a compressed flag
+/// without a `grpc-encoding` (kept), so the rest are the client's mistake:
+/// `INVALID_ARGUMENT`.
+const CLIENT_FAULTS: [&str; 4] = [
+    "failed to decode Protobuf message",
+    "Unexpected EOF decoding stream",
+    "Missing request message",
+    "protocol error: received message with invalid compression flag",
+];
+
+/// Whether a status answers a client's malformed message or framing, and if so the code
+/// it must have: `INVALID_ARGUMENT` for what tonic calls `INTERNAL` (see
+/// [`CLIENT_FAULTS`]) and for the inference codec's own refusals (already so).
+pub fn malformed(code: Code, message: &str) -> Option<Code> {
+    let faults: &[&str] = match code {
+        Code::Internal => &CLIENT_FAULTS,
+        Code::InvalidArgument => &["failed to decode Protobuf message", "request refused before decoding"],
+        _ => return None,
+    };
+    faults
+        .iter()
+        .any(|fault| message.starts_with(fault))
+        .then_some(Code::InvalidArgument)
 }
 
 /// The gRPC code of an HTTP-style item status (always 400..=599 by construction).
@@ -84,11 +151,9 @@ pub fn item_code(status: u16) -> Code {
 
 /// The gRPC status of a single-item request's failure.
 pub fn item_status(error: &ItemError) -> Status {
-    let mut status = Status::new(item_code(error.status), error.message.clone());
+    let mut status = status(item_code(error.status), &error.message);
     // The exact HTTP-style status (422 and 400 share a code), as for multi-item answers.
-    if let Ok(value) = MetadataValue::try_from(item_status_json(&[Err(error.clone())])) {
-        status.metadata_mut().insert(ITEM_STATUS_TRAILER, value);
-    }
+    insert_trailer(&mut status, item_status_json(&[Err(error.clone())]));
     status
 }
 
@@ -109,34 +174,71 @@ pub fn multi_status(outcomes: &[ItemOutcome]) -> Status {
         let first = clip_bytes(&error.message, MESSAGE_BYTES);
         message.push_str(&format!("; item {index} ({}): {first}", error.status));
     }
-    let mut status = Status::new(item_code(worst), message);
-    if let Ok(value) = MetadataValue::try_from(item_status_json(outcomes)) {
-        status.metadata_mut().insert(ITEM_STATUS_TRAILER, value);
-    }
+    let mut status = status(item_code(worst), &message);
+    insert_trailer(&mut status, item_status_json(outcomes));
     status
 }
 
-/// The trailer's JSON array, ASCII only, within [`TRAILER_BYTES`].
+fn insert_trailer(status: &mut Status, json: String) {
+    // Visible ASCII by construction, so this cannot fail; were it ever to, the trailer
+    // would still be there, saying so.
+    let value = MetadataValue::try_from(json)
+        .unwrap_or_else(|_| MetadataValue::from_static(r#"[{"status":500,"error":"unencodable item status"}]"#));
+    status.metadata_mut().insert(ITEM_STATUS_TRAILER, value);
+}
+
+/// The trailer's JSON array, visible ASCII only, within [`TRAILER_BYTES`].
 fn item_status_json(outcomes: &[ItemOutcome]) -> String {
-    let entries = |with_messages: bool| {
-        let items: Vec<serde_json::Value> = outcomes
-            .iter()
-            .map(|o| match o {
-                Ok(_) => serde_json::json!({"status": 200}),
-                Err(e) if with_messages => {
-                    serde_json::json!({"status": e.status, "error": clip_bytes(&e.message, TRAILER_MESSAGE_BYTES)})
-                }
-                Err(e) => serde_json::json!({"status": e.status}),
-            })
-            .collect();
-        ascii_json(&serde_json::Value::Array(items))
-    };
-    let full = entries(true);
+    let status_of = |o: &ItemOutcome| o.as_ref().map_or_else(|e| e.status, |_| 200);
+    let full: Vec<serde_json::Value> = outcomes
+        .iter()
+        .map(|o| match o {
+            Ok(_) => serde_json::json!({"status": 200}),
+            Err(e) => serde_json::json!({"status": e.status, "error": clip_bytes(&e.message, TRAILER_MESSAGE_BYTES)}),
+        })
+        .collect();
+    let full = header_json(&serde_json::Value::Array(full));
     if full.len() <= TRAILER_BYTES {
-        full
-    } else {
-        entries(false)
+        return full;
     }
+    // Runs of equal statuses, without messages.
+    let mut runs: Vec<(u16, usize)> = Vec::new();
+    for outcome in outcomes {
+        let status = status_of(outcome);
+        match runs.last_mut() {
+            Some((last, count)) if *last == status => *count += 1,
+            _ => runs.push((status, 1)),
+        }
+    }
+    let worst = outcomes.iter().map(status_of).max().unwrap_or(500);
+    // Room for the closing entry of unreported items, whatever its numbers.
+    let closing_room = r#",{"status":599,"count":18446744073709551615,"unreported":true}]"#.len();
+    let mut out = String::from("[");
+    let mut covered = 0usize;
+    for (status, count) in runs {
+        let entry = if count == 1 {
+            format!(r#"{{"status":{status}}}"#)
+        } else {
+            format!(r#"{{"status":{status},"count":{count}}}"#)
+        };
+        if out.len() + 1 + entry.len() + closing_room > TRAILER_BYTES {
+            break;
+        }
+        if covered > 0 {
+            out.push(',');
+        }
+        out.push_str(&entry);
+        covered += count;
+    }
+    let rest = outcomes.len() - covered;
+    if rest > 0 {
+        if covered > 0 {
+            out.push(',');
+        }
+        out.push_str(&format!(r#"{{"status":{worst},"count":{rest},"unreported":true}}"#));
+    }
+    out.push(']');
+    out
 }
 
 /// `text` cut to at most `limit` bytes (on a character boundary), marked with `...`.
@@ -151,13 +253,15 @@ fn clip_bytes(text: &str, limit: usize) -> String {
     format!("{}...", &text[..end])
 }
 
-/// JSON text with every non-ASCII character escaped (`\uXXXX`, surrogate pairs beyond
-/// the BMP), as a metadata value needs.
-fn ascii_json(value: &serde_json::Value) -> String {
+/// JSON text as a header value may carry it: every character outside visible ASCII and
+/// space (control characters, DEL, non-ASCII) as a `\uXXXX` escape (surrogate pairs beyond
+/// the BMP). serde_json already escapes control characters inside strings; DEL and
+/// non-ASCII it leaves raw.
+fn header_json(value: &serde_json::Value) -> String {
     let text = value.to_string();
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_ascii() {
+        if (' '..='~').contains(&c) {
             out.push(c);
         } else {
             let mut units = [0u16; 2];
@@ -206,8 +310,66 @@ mod tests {
         let status = multi_status(&many);
         let trailer = status.metadata().get(ITEM_STATUS_TRAILER).unwrap().to_str().unwrap();
         assert!(
-            trailer.len() <= TRAILER_BYTES && trailer.starts_with("[{\"status\":400}"),
+            trailer.len() <= TRAILER_BYTES && trailer == r#"[{"status":400,"count":100}]"#,
             "{trailer}"
         );
+    }
+
+    /// Every message, however hostile, leaves a trailer that is a valid header value,
+    /// parses as JSON and fits the client's metadata budget together with the message.
+    #[test]
+    fn hostile_messages_always_leave_a_valid_trailer() {
+        let mut hostile: Vec<String> = vec![
+            "\u{7f}del".into(),
+            "line\r\nX-Injected: 1".into(),
+            "nul\0byte".into(),
+            "\u{1}\u{8}\t\u{1b}[31m".into(),
+            "é漢字🦀".repeat(1000),
+            "\u{7f}".repeat(10 << 20),
+            "x".repeat(10 << 20),
+            String::new(),
+        ];
+        hostile.push((0u8..=127).map(char::from).collect());
+        for message in &hostile {
+            // Many items share a shorter message (100,000 copies of 10 MiB would not fit).
+            let shared = clip_bytes(message, 64 * 1024);
+            for outcomes in [
+                vec![Err(ItemError::new(422, message.clone()))],
+                (0..300)
+                    .map(|i| {
+                        if i % 2 == 0 {
+                            Ok(Vec::new())
+                        } else {
+                            Err(ItemError::new(400 + i % 100, shared.clone()))
+                        }
+                    })
+                    .collect::<Vec<ItemOutcome>>(),
+                (0..100_000).map(|_| Err(ItemError::new(400, "x"))).collect(),
+            ] {
+                let status = if outcomes.len() == 1 {
+                    item_status(outcomes[0].as_ref().unwrap_err())
+                } else {
+                    multi_status(&outcomes)
+                };
+                let value = status.metadata().get(ITEM_STATUS_TRAILER).expect("the trailer");
+                let text = value.to_str().expect("visible ASCII");
+                assert!(text.bytes().all(|b| b == b' ' || b.is_ascii_graphic()), "{text}");
+                assert!(text.len() <= TRAILER_BYTES, "{} bytes", text.len());
+                let items: Vec<serde_json::Value> = serde_json::from_str(text).expect("JSON");
+                let counted: u64 = items.iter().map(|i| i["count"].as_u64().unwrap_or(1)).sum();
+                assert_eq!(counted, outcomes.len() as u64, "{text}");
+                assert!(status.message().len() <= MESSAGE_BYTES + 3);
+                // The whole header block as tonic sends it stays within a client's 8 KiB.
+                let mut headers = tonic::codegen::http::HeaderMap::new();
+                status.add_header(&mut headers).expect("headers");
+                let size: usize = headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 32).sum();
+                assert!(size <= 6 * 1024, "{size} bytes of trailers");
+            }
+        }
+        let one = item_status(&ItemError::new(422, "a\u{7f}b\r\né"));
+        let text = one.metadata().get(ITEM_STATUS_TRAILER).unwrap().to_str().unwrap();
+        let items: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(items[0]["error"], "a\u{7f}b\r\né");
+        assert_eq!(items[0]["status"], 422);
     }
 }

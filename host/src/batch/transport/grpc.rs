@@ -325,31 +325,42 @@ fn typed_bytes(datatype: DataType, c: InferTensorContents) -> Vec<u8> {
     }
 }
 
-/// Every item's status from a partly failed answer's trailer, if it has one.
+/// Every item's status from a partly failed answer's trailer, if it has one (entries
+/// with a `count` stand for that many items in a row; see the server's trailer).
 fn item_statuses(status: &tonic::Status) -> Option<Vec<Result<(), ItemError>>> {
     #[derive(serde::Deserialize)]
     struct ItemStatus {
         status: u16,
         #[serde(default)]
         error: Option<String>,
+        #[serde(default)]
+        count: Option<usize>,
     }
     let trailer = status.metadata().get(ITEM_STATUS_TRAILER)?.to_str().ok()?;
     let items: Vec<ItemStatus> = serde_json::from_str(trailer).ok()?;
-    Some(
-        items
-            .into_iter()
-            .map(|item| match item.status {
-                200 => Ok(()),
-                code => Err(ItemError::new(
-                    code,
-                    item.error.unwrap_or_else(|| {
-                        format!("item failed ({code}); the server's trailer had no room for its message")
-                    }),
-                )),
-            })
-            .collect(),
-    )
+    let mut statuses = Vec::with_capacity(items.len());
+    for item in items {
+        let outcome = match item.status {
+            200 => Ok(()),
+            code => Err(ItemError::new(
+                code,
+                item.error.unwrap_or_else(|| {
+                    format!("item failed ({code}); the server's trailer had no room for its message")
+                }),
+            )),
+        };
+        // Never more entries than a request has items (a request is bounded; a count is not).
+        let count = item
+            .count
+            .unwrap_or(1)
+            .min(MAX_TRAILER_ITEMS.saturating_sub(statuses.len()));
+        statuses.extend(std::iter::repeat_n(outcome, count));
+    }
+    Some(statuses)
 }
+
+/// Most items a trailer is read as covering.
+const MAX_TRAILER_ITEMS: usize = 1 << 24;
 
 /// The HTTP status a gRPC code stands for (the server's mapping, read backwards).
 fn http_status(code: Code) -> u16 {

@@ -1,0 +1,425 @@
+//! The gRPC edge under attack, measured on the real binary: answers a client never
+//! reads, messages just under the size limit, random mutations of a valid request, and an
+//! item message written to break headers. (`TENSORPLUG_TEST_BINARY` runs them against
+//! another build, for "before" figures.)
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use prost::Message;
+use tensorplug::grpc::proto::model_infer_request::InferInputTensor;
+use tensorplug::grpc::proto::{InferTensorContents, ModelInferRequest};
+use tonic::Code;
+
+use crate::common;
+use common::grpc_raw::{frame, RawClient};
+use common::process::{free_port, ServerProcess};
+
+const MIB: u64 = 1024 * 1024;
+
+/// The faulty model with a variable-width output (fault -51 answers 16 MiB per item),
+/// room for such answers in its instance, and one instance.
+fn wide_faulty_repository() -> tempfile::TempDir {
+    common::faulty_repository(
+        "[stages]\npredict = \"predict.wasm\"\n\n[[inputs]]\nname = \"x\"\ndatatype = \"FP32\"\nshape = [1]\n\n\
+         [[outputs]]\nname = \"y\"\ndatatype = \"FP32\"\nshape = [-1]\n\n[batching]\nmax_batch_size = 1\n\n\
+         [limits]\ninstances = 1\nmemory_mib = 256\ntimeout_ms = 10000\n",
+    )
+}
+
+fn wide_request() -> Vec<u8> {
+    frame(
+        &ModelInferRequest {
+            model_name: "faulty".into(),
+            inputs: vec![InferInputTensor {
+                name: "x".into(),
+                datatype: "FP32".into(),
+                shape: vec![1, 1],
+                contents: Some(InferTensorContents {
+                    fp32_contents: vec![-51.0],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    )
+}
+
+/// 16 streams each send 4 requests whose answers are 16 MiB, and never read: each
+/// stream is served one answer (the rest wait), the server's peak memory stays near
+/// those 16 answers, and each is dropped once left unread for the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_stream_answers_stay_bounded_and_time_out() {
+    const STREAMS: usize = 16;
+    const ANSWER: u64 = 16 * MIB;
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
+    let repository = wide_faulty_repository();
+    let server = ServerProcess::spawn(
+        repository.path(),
+        &["--idle-timeout-ms", "20000", "--grpc-port", &free_port()],
+    )
+    .await;
+    let grpc = server.grpc_address();
+    let before = server.rss_kib();
+    server.reset_peak_rss();
+    let mut held = Vec::new();
+    for _ in 0..STREAMS {
+        let tcp = tokio::net::TcpStream::connect(grpc).await.expect("connect");
+        let (send, connection) = h2::client::handshake(tcp).await.expect("handshake");
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let request = tonic::codegen::http::Request::post(format!(
+            "http://{grpc}/inference.GRPCInferenceService/ModelStreamInfer"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+        let mut send = send.ready().await.expect("ready");
+        let (response, mut stream) = send.send_request(request, false).expect("send");
+        for _ in 0..4 {
+            stream.send_data(Bytes::from(wide_request()), false).expect("send data");
+        }
+        // Never polled: the answer is never read.
+        held.push((send, response, stream));
+    }
+    let started = Instant::now();
+    let scrape = || async {
+        server
+            .client
+            .get(server.url("/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    };
+    let served = |metrics: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("tensorplug_grpc_requests_total{") && l.contains("ModelStreamInfer"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    // Each stream's first request is served...
+    while served(&scrape().await) < STREAMS as f64 {
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "the streams' first requests were not all served"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // ...and no other: the next ones wait for the client to read (measured 10 s after
+    // the requests were sent, as the issue measured).
+    let settled = (started + Duration::from_secs(10)).max(Instant::now() + Duration::from_secs(1));
+    tokio::time::sleep_until(settled.into()).await;
+    let peak = server.peak_rss_kib();
+    let grew = peak.saturating_sub(before) / 1024;
+    let answered = served(&scrape().await);
+    eprintln!("{STREAMS} unread streams of 4 x 16 MiB answers: {answered} answered, peak RSS +{grew} MiB");
+    assert_eq!(answered, STREAMS as f64, "streams served past an unread answer");
+    // 16 answers held, plus what computing one costs.
+    let bound = STREAMS as u64 * ANSWER / MIB + 128;
+    assert!(grew <= bound, "peak RSS grew by {grew} MiB (bound {bound} MiB)");
+    // Past the idle timeout every held answer is dropped.
+    loop {
+        let metrics = scrape().await;
+        let dropped = metrics
+            .lines()
+            .find(|l| l.starts_with("tensorplug_grpc_timed_out_total{timeout=\"answer_unread\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if dropped == STREAMS as f64 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(80),
+            "answers still held: {dropped} dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(held);
+}
+
+/// The REST edge's bound on what decoding a body may cost (see limits/hostile.rs).
+fn memory_bound_kib(body_len: usize) -> u64 {
+    (6 * body_len as u64 + 32 * MIB) / 1024
+}
+
+/// Requests just under the 64 MiB message limit, in each way a tensor can come — packed
+/// FP32, raw bytes, many `bytes_contents` — decode within the same bound as a REST body
+/// of their size (each is then refused for its shape, after decoding).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn near_limit_messages_decode_within_the_rest_bound() {
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
+    let server = ServerProcess::spawn(&common::root().join("examples/models"), &["--grpc-port", &free_port()]).await;
+    let client = RawClient::connect(server.grpc_address()).await;
+    let size = 63 * MIB as usize;
+    let input = |datatype: &str, contents: InferTensorContents| InferInputTensor {
+        name: "input-0".into(),
+        datatype: datatype.into(),
+        // Not digits' shape: refused once decoded.
+        shape: vec![1, 3],
+        contents: Some(contents),
+        ..Default::default()
+    };
+    let cases = [
+        (
+            "packed fp32_contents",
+            ModelInferRequest {
+                model_name: "digits".into(),
+                inputs: vec![input(
+                    "FP32",
+                    InferTensorContents {
+                        fp32_contents: vec![1.5; size / 4],
+                        ..Default::default()
+                    },
+                )],
+                ..Default::default()
+            },
+        ),
+        (
+            // 2-byte varints decoding to 8 bytes each: 4 x the message, which the old
+            // content budget let through to be decoded and converted (its shape fits);
+            // refused before decoding now.
+            "packed int64 of 2-byte varints (4 x the message)",
+            ModelInferRequest {
+                model_name: "digits".into(),
+                inputs: vec![InferInputTensor {
+                    shape: vec![(size / 2 / 64) as i64, 64],
+                    ..input(
+                        "INT64",
+                        InferTensorContents {
+                            int64_contents: vec![300; size / 2 / 64 * 64],
+                            ..Default::default()
+                        },
+                    )
+                }],
+                ..Default::default()
+            },
+        ),
+        (
+            // 5-byte varints: 1.6 x the message, within the budget, with a shape that
+            // fits, so that the values are decoded and made into tensor bytes before
+            // the model refuses the datatype.
+            "packed int64 of 5-byte varints (1.6 x the message), decoded and converted",
+            ModelInferRequest {
+                model_name: "digits".into(),
+                inputs: vec![InferInputTensor {
+                    shape: vec![(size / 5 / 64) as i64, 64],
+                    ..input(
+                        "INT64",
+                        InferTensorContents {
+                            int64_contents: vec![1 << 30; size / 5 / 64 * 64],
+                            ..Default::default()
+                        },
+                    )
+                }],
+                ..Default::default()
+            },
+        ),
+        (
+            "raw_input_contents",
+            ModelInferRequest {
+                model_name: "digits".into(),
+                inputs: vec![InferInputTensor {
+                    contents: None,
+                    ..input("FP32", InferTensorContents::default())
+                }],
+                raw_input_contents: vec![vec![7; size]],
+                ..Default::default()
+            },
+        ),
+        (
+            "bytes_contents of 64 bytes each",
+            ModelInferRequest {
+                model_name: "digits".into(),
+                inputs: vec![input(
+                    "BYTES",
+                    InferTensorContents {
+                        bytes_contents: vec![vec![b'a'; 64]; size / 66],
+                        ..Default::default()
+                    },
+                )],
+                ..Default::default()
+            },
+        ),
+    ];
+    for (what, message) in cases {
+        let body = frame(&message.encode_to_vec());
+        drop(message);
+        let len = body.len();
+        let before = server.rss_kib();
+        server.reset_peak_rss();
+        let chunks: Vec<Vec<u8>> = body.chunks(1 << 20).map(<[u8]>::to_vec).collect();
+        drop(body);
+        let answer = client
+            .call(
+                "/inference.GRPCInferenceService/ModelInfer",
+                chunks,
+                true,
+                Duration::from_secs(60),
+            )
+            .await
+            .expect("an answer");
+        let peak = server.peak_rss_kib();
+        let status = answer.status();
+        assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+        let grew = peak.saturating_sub(before);
+        eprintln!(
+            "{what}: {} MiB message, peak RSS +{} MiB",
+            len as u64 / MIB,
+            grew / 1024
+        );
+        assert!(
+            grew <= memory_bound_kib(len),
+            "{what}: peak RSS grew by {} MiB for a {} MiB message (bound {} MiB)",
+            grew / 1024,
+            len as u64 / MIB,
+            memory_bound_kib(len) / 1024
+        );
+    }
+}
+
+/// Random mutations of a valid request, sent byte for byte: never `INTERNAL` (the
+/// model, digits, has no faults of its own), and the server keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutated_requests_never_get_internal() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    use std::collections::BTreeMap;
+
+    const CASES: u32 = 5000;
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
+    let mut server =
+        ServerProcess::spawn(&common::root().join("examples/models"), &["--grpc-port", &free_port()]).await;
+    let client = RawClient::connect(server.grpc_address()).await;
+    let good = ModelInferRequest {
+        model_name: "digits".into(),
+        id: "a".into(),
+        inputs: vec![InferInputTensor {
+            name: "input-0".into(),
+            datatype: "FP32".into(),
+            shape: vec![2, 64],
+            contents: Some(InferTensorContents {
+                fp32_contents: vec![3.0; 128],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+    .encode_to_vec();
+    // Each mutation: at some position, overwrite, insert or delete a few bytes.
+    let mutation = (0..good.len(), 0usize..3, 0usize..4, any::<u8>(), 1usize..3);
+    let cases = proptest::collection::vec(mutation, 1..4);
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            cases: CASES,
+            failure_persistence: None,
+            ..Config::default()
+        },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[18; 32]),
+    );
+    let runtime = tokio::runtime::Handle::current();
+    let codes = std::sync::Mutex::new(BTreeMap::<String, usize>::new());
+    let internal = std::sync::Mutex::new(Vec::new());
+    tokio::task::block_in_place(|| {
+        runner
+            .run(&cases, |mutations| {
+                let mut message = good.clone();
+                for (at, kind, len, byte, count) in mutations {
+                    let at = at.min(message.len());
+                    let bytes = vec![byte; count];
+                    match kind {
+                        0 => {
+                            let end = (at + bytes.len()).min(message.len());
+                            message.splice(at..end, bytes);
+                        }
+                        1 => {
+                            message.splice(at..at, bytes);
+                        }
+                        _ => {
+                            message.drain(at..(at + len).min(message.len()));
+                        }
+                    }
+                }
+                let answer = runtime
+                    .block_on(client.call(
+                        "/inference.GRPCInferenceService/ModelInfer",
+                        vec![frame(&message)],
+                        true,
+                        Duration::from_secs(30),
+                    ))
+                    .expect("an answer");
+                let status = answer.status();
+                *codes.lock().unwrap().entry(format!("{:?}", status.code())).or_default() += 1;
+                if status.code() == Code::Internal {
+                    internal.lock().unwrap().push(status.message().to_owned());
+                }
+                Ok(())
+            })
+            .expect("every case runs");
+    });
+    let internal = internal.into_inner().unwrap();
+    eprintln!(
+        "codes of {CASES} mutated requests: {:?}; INTERNAL: {}, e.g. {:?}",
+        codes.lock().unwrap(),
+        internal.len(),
+        internal.iter().take(3).collect::<Vec<_>>()
+    );
+    assert!(internal.is_empty(), "{} mutated requests got INTERNAL", internal.len());
+    assert!(server.is_alive());
+}
+
+/// An item message holding control characters, CR/LF, NUL, DEL and non-ASCII (fault
+/// -50): its answer still carries the item-status trailer, readable by any client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_item_message_leaves_the_item_status_trailer() {
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
+    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 8", "timeout_ms = 5000"));
+    let server = ServerProcess::spawn(repository.path(), &["--grpc-port", &free_port()]).await;
+    let client = RawClient::connect(server.grpc_address()).await;
+    for values in [vec![-50.0], vec![1.0, -50.0, -12.0]] {
+        let message = ModelInferRequest {
+            model_name: "faulty".into(),
+            inputs: vec![InferInputTensor {
+                name: "x".into(),
+                datatype: "FP32".into(),
+                shape: vec![values.len() as i64, 1],
+                contents: Some(InferTensorContents {
+                    fp32_contents: values.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let answer = client
+            .call(
+                "/inference.GRPCInferenceService/ModelInfer",
+                vec![frame(&message.encode_to_vec())],
+                true,
+                Duration::from_secs(30),
+            )
+            .await;
+        let Some(answer) = answer else {
+            panic!("{values:?}: no answer (the client refused the answer's headers)");
+        };
+        let trailer = answer.status_headers().get("tensorplug-item-status");
+        eprintln!(
+            "{values:?}: grpc-status {:?}, {} bytes of metadata, tensorplug-item-status: {:?}",
+            answer.status_headers().get("grpc-status"),
+            answer.metadata_bytes(),
+            trailer.map(|t| String::from_utf8_lossy(&t.as_bytes()[..t.len().min(160)]).into_owned())
+        );
+        let trailer = trailer.unwrap_or_else(|| panic!("{values:?}: no item-status trailer"));
+        let items: Vec<serde_json::Value> = serde_json::from_slice(trailer.as_bytes()).expect("JSON");
+        assert_eq!(items.len(), values.len());
+        assert!(answer.metadata_bytes() <= 6 * 1024);
+    }
+}
