@@ -5,6 +5,7 @@
 
 pub mod metrics;
 pub mod process;
+pub mod python;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

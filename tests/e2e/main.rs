@@ -15,6 +15,7 @@ mod faults;
 mod grpc;
 mod logs;
 mod metrics;
+mod metrics_hostile;
 mod nn;
 mod repository;
 mod sandbox;

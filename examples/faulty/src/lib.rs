@@ -28,6 +28,7 @@
 //! | -21 | runs `digits` on an input of the wrong shape; the host's refusal is the item's error |
 //! | -22 | runs `digits` on an input of the wrong type; the host's refusal is the item's error |
 //! | -23 | passes graph bytes to `wasi:nn`'s `load`; the host's refusal becomes the item's 422 |
+//! | -30..-39 | plugin metrics written to forge, break or bloat `/metrics` (see `metric_faults`) |
 //!
 //! It keeps metrics: the counter `batches`, the gauge `last_batch_size` and the histogram
 //! `item_value` (each item's |x|), and declares the metadata `purpose` and `scale`.
@@ -38,6 +39,8 @@
 use std::hint::black_box;
 
 use tensorplug_guest::prelude::*;
+
+mod metric_faults;
 
 struct Faulty {
     /// The multiplier, from the `scale` parameter.
@@ -90,6 +93,9 @@ impl Predictor for Faulty {
                 _ => None,
             };
             if let Some(error) = nn_failure {
+                failures.push(error.at(i as u32));
+            }
+            if let Some(error) = metric_fault_code(v).and_then(metric_faults::run) {
                 failures.push(error.at(i as u32));
             }
             match fault_code(v) {
@@ -145,6 +151,12 @@ impl Predictor for Faulty {
 fn fault_code(v: f32) -> Option<u8> {
     let code = -v;
     (code.fract() == 0.0 && (1.0..=23.0).contains(&code)).then_some(code as u8)
+}
+
+/// `Some(k)` when `v` is exactly `-k` for a metrics fault code `k` in 30..=39.
+fn metric_fault_code(v: f32) -> Option<u8> {
+    let code = -v;
+    (code.fract() == 0.0 && (30.0..=39.0).contains(&code)).then_some(code as u8)
 }
 
 /// Runs the graph `digits` once on `input`.
