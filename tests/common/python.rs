@@ -35,7 +35,12 @@ pub async fn python() -> PathBuf {
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let python = PathBuf::from(stdout.lines().last().expect("the virtualenv's python").trim());
-    assert!(python.is_file(), "{} is not a file\n{}", python.display(), shown(&output));
+    assert!(
+        python.is_file(),
+        "{} is not a file\n{}",
+        python.display(),
+        shown(&output)
+    );
     python
 }
 

@@ -205,7 +205,10 @@ async fn hostile_plugin_metrics_cannot_forge_clash_or_bloat_the_page() {
     // -32, -33: names that clash with a family of the same model once suffixed.
     let (status, error) = item(&server, "faulty", -32.0).await;
     assert_eq!(status, 422);
-    assert!(error.contains("tensorplug_plugin_clash_total") && error.contains("clash"), "{error}");
+    assert!(
+        error.contains("tensorplug_plugin_clash_total") && error.contains("clash"),
+        "{error}"
+    );
     let (status, error) = item(&server, "faulty", -33.0).await;
     assert_eq!(status, 422);
     for sample in ["hist_count", "hist_sum", "hist_bucket"] {

@@ -17,9 +17,10 @@ const SCRAPES: usize = 16;
 /// What 16 concurrent scrapes may add to the server's peak memory: the page being
 /// encoded and the one shared (the encoder writes into one allocation sized from the
 /// last page), twice for the allocator's slack, plus a fixed allowance for connections,
-/// the encoding thread and the allocator's own bookkeeping.
+/// the encoding thread and the allocator's own bookkeeping — well below the 16 pages
+/// that one encoding per scrape would hold.
 fn memory_bound_kib(page_len: usize) -> u64 {
-    (4 * page_len as u64 + 12 * MIB) / 1024
+    (4 * page_len as u64 + 4 * MIB) / 1024
 }
 
 /// The faulty plugin alone, one instance.

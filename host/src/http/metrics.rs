@@ -21,8 +21,8 @@ use prometheus_client::registry::Registry;
 
 use super::connections::ConnectionStats;
 use super::scrape::SharedScrapes;
-use crate::model::openmetrics::{Escaped, EscapingWriter};
 use super::AppState;
+use crate::model::openmetrics::{Escaped, EscapingWriter};
 
 /// The content type of the OpenMetrics text format.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

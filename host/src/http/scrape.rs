@@ -142,7 +142,14 @@ mod tests {
         let mut distinct: Vec<*const u8> = pages.iter().map(|p| p.as_ptr()).collect();
         distinct.sort();
         distinct.dedup();
-        assert!(distinct.len() <= 2, "16 scrapes at once cost {} encodings", distinct.len());
-        assert!(scrapes.page.lock().await.is_none(), "a page nobody waits for is not kept");
+        assert!(
+            distinct.len() <= 2,
+            "16 scrapes at once cost {} encodings",
+            distinct.len()
+        );
+        assert!(
+            scrapes.page.lock().await.is_none(),
+            "a page nobody waits for is not kept"
+        );
     }
 }

@@ -123,9 +123,21 @@ mod tests {
     #[test]
     fn control_characters_and_line_separators_are_refused_but_newline() {
         assert!(check_label_value("a\nb \"q\" \\ é").is_ok());
-        for bad in ["\r", "\0", "a\tb", "\u{7f}", "\u{85}", "\u{2028}", "\u{2029}", "\u{1b}[31m"] {
+        for bad in [
+            "\r",
+            "\0",
+            "a\tb",
+            "\u{7f}",
+            "\u{85}",
+            "\u{2028}",
+            "\u{2029}",
+            "\u{1b}[31m",
+        ] {
             let error = check_label_value(bad).unwrap_err();
-            assert!(error.contains("U+") && error.contains("OpenMetrics"), "{bad:?}: {error}");
+            assert!(
+                error.contains("U+") && error.contains("OpenMetrics"),
+                "{bad:?}: {error}"
+            );
         }
         assert!(check_label_value("\r").unwrap_err().contains("U+000D"));
     }

@@ -12,8 +12,8 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Cache, CacheConfig, Config, Engine, WasmBacktraceDetails};
 
 use super::bindings::{log, metadata, metrics, nn};
-use super::store::StoreState;
 use super::plugin_metrics::{PluginMetrics, PluginPage};
+use super::store::StoreState;
 use super::RuntimeError;
 
 /// Wall time between two epoch increments: the resolution of every time limit.

@@ -471,7 +471,10 @@ mod tests {
                 Err(error) => break error,
             }
         };
-        assert!(error.contains("plugin_metrics_bytes_per_model") && error.contains("4000"), "{error}");
+        assert!(
+            error.contains("plugin_metrics_bytes_per_model") && error.contains("4000"),
+            "{error}"
+        );
         assert!(created > 10, "{created} series fit in 4000 bytes");
         assert!(a.bytes() <= 4000);
         // Updates of existing series cost nothing more.
@@ -483,8 +486,15 @@ mod tests {
             }
             created += 1;
         };
-        assert!(error.contains("plugin_metrics_bytes_total") && error.contains("6000"), "{error}");
-        let refused: Vec<_> = a.refused().chain(b.refused()).map(|(rule, n)| (rule.name(), n)).collect();
+        assert!(
+            error.contains("plugin_metrics_bytes_total") && error.contains("6000"),
+            "{error}"
+        );
+        let refused: Vec<_> = a
+            .refused()
+            .chain(b.refused())
+            .map(|(rule, n)| (rule.name(), n))
+            .collect();
         assert_eq!(
             refused,
             [("plugin_metrics_bytes_per_model", 1), ("plugin_metrics_bytes_total", 1)]

@@ -182,7 +182,10 @@ impl Collector for ModelsCollector {
         )?;
         for ((_, model), (labels, _)) in models.iter().zip(&snapshots) {
             for (protocol, status, count) in model.stats.requests() {
-                let extra = [("protocol", Escaped(protocol.name())), ("status", Escaped(status.as_str()))];
+                let extra = [
+                    ("protocol", Escaped(protocol.name())),
+                    ("status", Escaped(status.as_str())),
+                ];
                 ConstCounter::new(count).encode(metric.encode_family(&(*labels, extra))?)?;
             }
         }
@@ -320,7 +323,10 @@ mod tests {
                 .0
                 .iter()
                 .map(|(model, version, metrics)| {
-                    let labels: ModelLabels<'_> = [("model", Escaped(model.as_str())), ("version", Escaped(version.as_str()))];
+                    let labels: ModelLabels<'_> = [
+                        ("model", Escaped(model.as_str())),
+                        ("version", Escaped(version.as_str())),
+                    ];
                     (labels, metrics.as_ref())
                 })
                 .collect();
@@ -356,13 +362,18 @@ mod tests {
         for i in 0..20 {
             let l = labels(&[("a", &quotes), ("b", &format!("{i}\n\\"))]);
             metrics.update("c", l.clone(), Update::CounterAdd(1e300)).unwrap();
-            metrics.update(&format!("g{i}"), l.clone(), Update::GaugeSet(nines.parse().unwrap())).unwrap();
+            metrics
+                .update(&format!("g{i}"), l.clone(), Update::GaugeSet(nines.parse().unwrap()))
+                .unwrap();
             metrics.update("h", l, Update::HistogramObserve(f64::MAX)).unwrap();
         }
         let written = page(&[(model, version, &metrics)]).len() - empty;
         let charged = metrics.bytes();
         assert!(written <= charged, "written {written} > charged {charged}");
-        assert!(charged <= written * 2, "charged {charged} is far above written {written}");
+        assert!(
+            charged <= written * 2,
+            "charged {charged} is far above written {written}"
+        );
         assert_eq!(shared.bytes(), charged);
         drop(metrics);
         assert_eq!(shared.bytes(), 0, "a dropped version gives its bytes back");
@@ -372,7 +383,9 @@ mod tests {
     fn hostile_label_values_stay_inside_their_quotes() {
         let metrics = Arc::new(PluginMetrics::default());
         let forged = "} 0\ntensorplug_model_ready{model=\"other\"} 0\n# EOF\n";
-        metrics.update("x", labels(&[("v", forged)]), Update::GaugeSet(1.0)).unwrap();
+        metrics
+            .update("x", labels(&[("v", forged)]), Update::GaugeSet(1.0))
+            .unwrap();
         let text = page(&[("m", "1", &metrics)]);
         assert!(
             text.contains(r#"tensorplug_plugin_x{model="m",version="1",v="} 0\ntensorplug_model_ready{model=\"other\"} 0\n# EOF\n"} 1"#),
@@ -392,8 +405,14 @@ mod tests {
         assert!(b.update("n_total", vec![], Update::GaugeSet(1.0)).is_err());
         let text = page(&[("a", "1", &a), ("b", "1", &b)]);
         assert_eq!(text.matches("# TYPE tensorplug_plugin_n counter").count(), 1, "{text}");
-        assert!(text.contains(r#"tensorplug_plugin_n_total{model="a",version="1"} 1"#), "{text}");
-        assert!(text.contains(r#"tensorplug_plugin_n_total{model="b",version="1"} 2"#), "{text}");
+        assert!(
+            text.contains(r#"tensorplug_plugin_n_total{model="a",version="1"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"tensorplug_plugin_n_total{model="b",version="1"} 2"#),
+            "{text}"
+        );
         assert!(
             text.contains(r#"tensorplug_plugin_metrics_refused_total{model="b",version="1",rule="name_clash"} 1"#),
             "{text}"

@@ -188,7 +188,10 @@ mod tests {
         let page = PluginPage::default();
         page.claim("x", Kind::Counter).unwrap();
         let error = page.claim("x_total", Kind::Gauge).unwrap_err();
-        assert!(error.contains("tensorplug_plugin_x_total") && error.contains("clash"), "{error}");
+        assert!(
+            error.contains("tensorplug_plugin_x_total") && error.contains("clash"),
+            "{error}"
+        );
         assert!(page.claim("x_created", Kind::Histogram).is_err());
         assert!(page.claim("x", Kind::Gauge).unwrap_err().contains("is a counter"));
         page.claim("y", Kind::Histogram).unwrap();
@@ -239,7 +242,10 @@ mod tests {
         });
         page.reserve(200).unwrap();
         let error = page.reserve(51).unwrap_err();
-        assert!(error.contains("plugin_metrics_bytes_total") && error.contains("250"), "{error}");
+        assert!(
+            error.contains("plugin_metrics_bytes_total") && error.contains("250"),
+            "{error}"
+        );
         page.reserve(50).unwrap();
         page.unreserve(200);
         page.reserve(200).unwrap();
