@@ -14,7 +14,7 @@
 use tensorplug_guest::prelude::*;
 
 /// Label values that would end their quotes, their line or the page if written raw.
-pub const FORGERIES: [&str; 6] = [
+const FORGERIES: [&str; 6] = [
     "\"",
     "\\",
     "a\nb",
@@ -24,7 +24,7 @@ pub const FORGERIES: [&str; 6] = [
 ];
 
 /// Runs the fault `code` (30..=39), if it is one of these; the item's error, if any.
-pub fn run(code: u8) -> Option<ItemError> {
+pub(crate) fn run(code: u8) -> Option<ItemError> {
     let refused = |result: Result<(), String>| result.err();
     let errors: Vec<String> = match code {
         30 => FORGERIES
