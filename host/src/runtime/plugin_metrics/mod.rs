@@ -252,6 +252,16 @@ impl PluginMetrics {
             }
             Some(family) => {
                 if let Some(series) = family.series.get(labels.as_slice()) {
+                    // A counter that reached infinity would be written `inf`, which the
+                    // text format does not spell so.
+                    if let (Series::Counter(c), Update::CounterAdd(v)) = (series, update) {
+                        if !(c.get() + v).is_finite() {
+                            return Err((
+                                Rule::InvalidValue,
+                                format!("counter '{name}': adding {v} would make it infinite"),
+                            ));
+                        }
+                    }
                     apply(series, update);
                     return Ok(());
                 }
@@ -416,6 +426,8 @@ mod tests {
         assert!(refused(&"x".repeat(65), &[], Update::GaugeSet(1.0)).contains("not a valid"));
         assert!(refused("x", &[], Update::GaugeSet(f64::NAN)).contains("finite"));
         assert!(refused("x", &[], Update::CounterAdd(-1.0)).contains("only grows"));
+        m.update("big", vec![], Update::CounterAdd(f64::MAX)).unwrap();
+        assert!(refused("big", &[], Update::CounterAdd(f64::MAX)).contains("infinite"));
         assert!(refused("x_total", &[], Update::CounterAdd(1.0)).contains("_total"));
         assert!(refused("x", &[("model", "m")], Update::GaugeSet(1.0)).contains("reserved"));
         assert!(refused("x", &[("a", "1"), ("a", "2")], Update::GaugeSet(1.0)).contains("twice"));
@@ -429,7 +441,7 @@ mod tests {
             .contains("at most 8"));
         m.update("g", vec![], Update::GaugeSet(1.0)).unwrap();
         assert!(refused("g", &[], Update::CounterAdd(1.0)).contains("is a gauge, not a counter"));
-        assert!(m.families().len() == 1, "nothing refused was created");
+        assert!(m.families().len() == 2, "nothing refused was created");
     }
 
     #[test]
