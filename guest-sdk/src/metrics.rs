@@ -4,8 +4,10 @@
 //! The host exports a metric `name` as `tensorplug_plugin_<name>` (a counter as
 //! `tensorplug_plugin_<name>_total`), labelled with the model and version and the labels
 //! given here. Names are 1-64 characters of `[a-zA-Z0-9_]` (not starting with a digit or
-//! `__`; a counter's not ending in `_total`), a name keeps the kind of its first use, and
-//! a model may have 32 names with 64 label combinations each; a call that breaks a rule
+//! `__`; a counter's not ending in `_total`), a name keeps the kind of its first use (on
+//! the whole page, across models) and may not clash with another once the format's
+//! suffixes are added, a model may have 32 names with 64 label combinations each, and
+//! its metrics may add at most 1 MiB to the page; a call that breaks a rule
 //! returns the host's reason and changes nothing. Outside WebAssembly (native unit tests
 //! of plugin code) the calls do nothing and succeed.
 //!

@@ -6,6 +6,7 @@
 pub mod grpc_raw;
 pub mod metrics;
 pub mod process;
+pub mod python;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

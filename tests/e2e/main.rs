@@ -16,6 +16,7 @@ mod grpc;
 mod grpc_edge;
 mod logs;
 mod metrics;
+mod metrics_hostile;
 mod nn;
 mod repository;
 mod sandbox;

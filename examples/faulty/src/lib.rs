@@ -30,6 +30,7 @@
 //! | -23 | passes graph bytes to `wasi:nn`'s `load`; the host's refusal becomes the item's 422 |
 //! | -50 | an item failure 422 whose message holds every byte a header must not: control characters, CR/LF, NUL, DEL, non-ASCII, 64 KiB of it |
 //! | -51 | the item's row of `y` is 16 MiB wide (4 Mi values; declare `y`'s shape `[-1]`) |
+//! | -30..-39 | plugin metrics written to forge, break or bloat `/metrics` (see `metric_faults`) |
 //!
 //! It keeps metrics: the counter `batches`, the gauge `last_batch_size` and the histogram
 //! `item_value` (each item's |x|), and declares the metadata `purpose` and `scale`.
@@ -40,6 +41,8 @@
 use std::hint::black_box;
 
 use tensorplug_guest::prelude::*;
+
+mod metric_faults;
 
 struct Faulty {
     /// The multiplier, from the `scale` parameter.
@@ -92,6 +95,9 @@ impl Predictor for Faulty {
                 _ => None,
             };
             if let Some(error) = nn_failure {
+                failures.push(error.at(i as u32));
+            }
+            if let Some(error) = metric_fault_code(v).and_then(metric_faults::run) {
                 failures.push(error.at(i as u32));
             }
             match fault_code(v) {
@@ -177,6 +183,12 @@ fn hostile_message() -> String {
         message.push_str("\r\nX-Injected: 1\0\u{7f}é漢🦀");
     }
     message
+}
+
+/// `Some(k)` when `v` is exactly `-k` for a metrics fault code `k` in 30..=39.
+fn metric_fault_code(v: f32) -> Option<u8> {
+    let code = -v;
+    (code.fract() == 0.0 && (30.0..=39.0).contains(&code)).then_some(code as u8)
 }
 
 /// Runs the graph `digits` once on `input`.

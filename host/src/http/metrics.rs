@@ -1,6 +1,7 @@
 //! `GET /metrics`: every metric of the server in the OpenMetrics text format (which
-//! Prometheus scrapes), through prometheus-client; and the REST edge's own: requests by
-//! route and status, and the connection counters.
+//! Prometheus scrapes), through prometheus-client, one encoding shared by concurrent
+//! scrapes ([`super::scrape`]); and the REST edge's own: requests by route and status,
+//! and the connection counters. Every label value is written escaped.
 
 use std::sync::Arc;
 
@@ -19,7 +20,9 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::connections::ConnectionStats;
+use super::scrape::SharedScrapes;
 use super::AppState;
+use crate::model::openmetrics::{Escaped, EscapingWriter};
 
 /// The content type of the OpenMetrics text format.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -69,7 +72,7 @@ impl std::hash::Hash for Route {
 
 impl EncodeLabelValue for Route {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        write_template(self.template(), encoder)
+        write_template(self.template(), &mut EscapingWriter(encoder))
     }
 }
 
@@ -102,7 +105,7 @@ fn method_name(method: &axum::http::Method) -> &'static str {
 /// The REST edge's metrics, and the registry `/metrics` encodes.
 #[derive(Clone)]
 pub struct HttpMetrics {
-    registry: Arc<Registry>,
+    scrapes: Arc<SharedScrapes>,
     requests: Family<RouteLabels, Counter>,
 }
 
@@ -118,7 +121,7 @@ impl HttpMetrics {
         );
         registry.register_collector(Box::new(ConnectionsCollector(connections)));
         Self {
-            registry: Arc::new(registry),
+            scrapes: Arc::new(SharedScrapes::new(registry)),
             requests,
         }
     }
@@ -147,14 +150,10 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let Some(metrics) = &state.metrics else {
         return super::response::error(axum::http::StatusCode::NOT_FOUND, "metrics are off (--metrics off)");
     };
-    let mut text = String::new();
-    if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &metrics.registry) {
-        return super::response::error(
-            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("encoding the metrics failed: {error}"),
-        );
+    match metrics.scrapes.page().await {
+        Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+        Err(error) => super::response::error(axum::http::StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
     }
-    ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response()
 }
 
 /// The REST port's connection counters (see `http::connections`), read at each scrape.
@@ -195,7 +194,7 @@ impl Collector for ConnectionsCollector {
             MetricType::Counter,
         )?;
         for (timeout, value) in stats.timed_out() {
-            ConstCounter::new(value).encode(metric.encode_family(&[("timeout", timeout)])?)?;
+            ConstCounter::new(value).encode(metric.encode_family(&[("timeout", Escaped(timeout))])?)?;
         }
         Ok(())
     }

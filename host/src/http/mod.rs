@@ -10,6 +10,7 @@ mod infer;
 pub mod metrics;
 mod repository;
 mod response;
+mod scrape;
 pub mod status;
 
 use std::sync::Arc;

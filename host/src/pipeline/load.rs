@@ -49,7 +49,9 @@ impl LoadedModel {
         let (model, version): (Arc<str>, Arc<str>) = (config.name.as_str().into(), config.version.as_str().into());
         // Graphs first: parsed, optimised and planned once for every instance.
         let graphs = ModelGraphs::load(&config.dir, &config.graphs).map_err(RuntimeError::from)?;
-        let shared = Arc::new(ModelShared::with_graphs(graphs));
+        let mut shared = ModelShared::with_graphs(graphs);
+        shared.metrics = runtime.plugin_metrics(&model, &version);
+        let shared = Arc::new(shared);
         let (mut preprocess, mut predict, mut postprocess) = (None, None, None);
         for (kind, file) in &config.stages {
             let tag = StageTag {

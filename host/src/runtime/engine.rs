@@ -12,6 +12,7 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Cache, CacheConfig, Config, Engine, WasmBacktraceDetails};
 
 use super::bindings::{log, metadata, metrics, nn};
+use super::plugin_metrics::{PluginMetrics, PluginPage};
 use super::store::StoreState;
 use super::RuntimeError;
 
@@ -26,6 +27,8 @@ pub struct Runtime {
     engine: Engine,
     linker: Arc<Linker<StoreState>>,
     _ticker: Arc<Ticker>,
+    /// What every model's plugin metrics may put on `/metrics`, shared by the models.
+    plugin_page: Arc<PluginPage>,
 }
 
 impl Runtime {
@@ -69,7 +72,13 @@ impl Runtime {
             engine,
             linker: Arc::new(linker),
             _ticker: Arc::new(ticker),
+            plugin_page: Arc::default(),
         })
+    }
+
+    /// The plugin metrics of a new version `version` of `model`, on the server's page.
+    pub fn plugin_metrics(&self, model: &str, version: &str) -> PluginMetrics {
+        PluginMetrics::new(self.plugin_page.clone(), model, version)
     }
 
     pub fn engine(&self) -> &Engine {

@@ -19,8 +19,10 @@ use prometheus_client::registry::Registry;
 use super::histogram::AtomicHistogram;
 use super::stats::{Histograms, Protocol, StatsSnapshot};
 use super::{Model, Repository};
+use crate::model::openmetrics::{Escaped, EscapedLabels};
 use crate::model::StageKind;
-use crate::runtime::plugin_metrics::{Family, Kind, Series};
+use crate::runtime::plugin_metrics::page::PREFIX;
+use crate::runtime::plugin_metrics::{Family, Kind, PluginMetrics, Series, REFUSED_FAMILY};
 
 /// Registers the repository's metrics (models, their plugins, loads) in `registry`.
 pub fn register(registry: &mut Registry, repository: &Arc<Repository>) {
@@ -45,12 +47,12 @@ impl std::fmt::Debug for ModelsCollector {
 }
 
 /// The labels every series of a model version carries.
-type ModelLabels<'a> = [(&'static str, &'a str); 2];
+type ModelLabels<'a> = [(&'static str, Escaped<&'a str>); 2];
 
 fn model_labels(model: &Model) -> ModelLabels<'_> {
     [
-        ("model", model.config.name.as_str()),
-        ("version", model.config.version.as_str()),
+        ("model", Escaped(model.config.name.as_str())),
+        ("version", Escaped(model.config.version.as_str())),
     ]
 }
 
@@ -180,7 +182,10 @@ impl Collector for ModelsCollector {
         )?;
         for ((_, model), (labels, _)) in models.iter().zip(&snapshots) {
             for (protocol, status, count) in model.stats.requests() {
-                let extra = [("protocol", protocol.name()), ("status", status.as_str())];
+                let extra = [
+                    ("protocol", Escaped(protocol.name())),
+                    ("status", Escaped(status.as_str())),
+                ];
                 ConstCounter::new(count).encode(metric.encode_family(&(*labels, extra))?)?;
             }
         }
@@ -192,7 +197,7 @@ impl Collector for ModelsCollector {
                     continue;
                 };
                 for (extra, histogram) in (family.series)(histograms) {
-                    let extra: Vec<_> = extra.into_iter().collect();
+                    let extra: Vec<_> = extra.into_iter().map(|(name, value)| (name, Escaped(value))).collect();
                     histogram.encode(metric.encode_family(&(*labels, extra))?)?;
                 }
             }
@@ -236,25 +241,43 @@ impl Collector for ModelsCollector {
         let draining = self.repository.is_draining();
         for (name, entry) in &index {
             let ready = i64::from(!draining && entry.status.model().is_some());
-            ConstGauge::new(ready).encode(metric.encode_family(&[("model", name.as_str())])?)?;
+            ConstGauge::new(ready).encode(metric.encode_family(&[("model", Escaped(name.as_str()))])?)?;
         }
 
-        encode_plugin_metrics(&mut encoder, &models)
+        let plugins: Vec<_> = models
+            .iter()
+            .map(|(_, model)| (model_labels(model), &model.shared.metrics))
+            .collect();
+        encode_plugin_metrics(&mut encoder, &plugins)
     }
 }
 
-/// The plugins' own metrics, `tensorplug_plugin_<name>`, grouped by name across models.
-/// Where two models use one name for different kinds, the first model (by name) keeps
-/// it and the other's series are left out (the name is the plugin author's to change).
+/// The plugins' own metrics, `tensorplug_plugin_<name>`, grouped by name across models,
+/// and the host's count of the updates it refused them. The server-wide name claims
+/// (`runtime::plugin_metrics::page`) keep one kind per name and no two names that clash,
+/// so every model's series of a name fit in one family.
 fn encode_plugin_metrics(
     encoder: &mut DescriptorEncoder,
-    models: &[(&str, &Arc<Model>)],
+    models: &[(ModelLabels<'_>, &PluginMetrics)],
 ) -> Result<(), std::fmt::Error> {
+    let refused_name = format!("{PREFIX}{REFUSED_FAMILY}");
+    let mut metric = encoder.encode_descriptor(
+        &refused_name,
+        "Plugin metric updates refused, by the rule they broke (a name, a value, a label, a clash, a cap)",
+        None,
+        MetricType::Counter,
+    )?;
+    for (labels, metrics) in models {
+        for (rule, count) in metrics.refused() {
+            let rule = [("rule", Escaped(rule.name()))];
+            ConstCounter::new(count).encode(metric.encode_family(&(*labels, rule))?)?;
+        }
+    }
+
     let mut by_name: BTreeMap<String, Vec<(ModelLabels<'_>, Family)>> = BTreeMap::new();
-    for (_, model) in models {
-        let labels = model_labels(model);
-        for (name, family) in model.shared.metrics.families() {
-            by_name.entry(name).or_default().push((labels, family));
+    for (labels, metrics) in models {
+        for (name, family) in metrics.families() {
+            by_name.entry(name).or_default().push((*labels, family));
         }
     }
     for (name, families) in by_name {
@@ -266,11 +289,13 @@ fn encode_plugin_metrics(
             Kind::Gauge => MetricType::Gauge,
             Kind::Histogram => MetricType::Histogram,
         };
-        let full_name = format!("tensorplug_plugin_{name}");
+        let full_name = format!("{PREFIX}{name}");
         let mut metric = encoder.encode_descriptor(&full_name, "Defined by the model's plugins", None, metric_type)?;
+        // The claims rule out another kind; should one slip through, it is left out rather
+        // than written into a family of the wrong type.
         for (labels, family) in families.iter().filter(|(_, family)| family.kind == kind) {
             for (plugin_labels, series) in &family.series {
-                let all_labels = (*labels, plugin_labels.as_slice());
+                let all_labels = (*labels, EscapedLabels(plugin_labels));
                 let encoder = metric.encode_family(&all_labels)?;
                 match series {
                     Series::Counter(counter) => counter.encode(encoder)?,
@@ -281,4 +306,117 @@ fn encode_plugin_metrics(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::plugin_metrics::{PluginPage, Update};
+
+    /// Model versions (name, version) and their plugin metrics.
+    #[derive(Debug)]
+    struct Plugins(Vec<(String, String, Arc<PluginMetrics>)>);
+
+    impl Collector for Plugins {
+        fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            let models: Vec<_> = self
+                .0
+                .iter()
+                .map(|(model, version, metrics)| {
+                    let labels: ModelLabels<'_> = [
+                        ("model", Escaped(model.as_str())),
+                        ("version", Escaped(version.as_str())),
+                    ];
+                    (labels, metrics.as_ref())
+                })
+                .collect();
+            encode_plugin_metrics(&mut encoder, &models)
+        }
+    }
+
+    /// The plugin metrics of `models` as `/metrics` writes them.
+    fn page(models: &[(&str, &str, &Arc<PluginMetrics>)]) -> String {
+        let mut registry = Registry::default();
+        let models = models
+            .iter()
+            .map(|(m, v, metrics)| (m.to_string(), v.to_string(), Arc::clone(metrics)))
+            .collect();
+        registry.register_collector(Box::new(Plugins(models)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn what_a_model_is_charged_bounds_what_it_writes() {
+        let shared = Arc::new(PluginPage::default());
+        let (model, version) = ("m\\\"odel", "1\"");
+        let metrics = Arc::new(PluginMetrics::new(shared.clone(), model, version));
+        let empty = page(&[(model, version, &metrics)]).len();
+        let quotes = "\"".repeat(128);
+        let nines = "-1.7976931348623157e308";
+        for i in 0..20 {
+            let l = labels(&[("a", &quotes), ("b", &format!("{i}\n\\"))]);
+            metrics.update("c", l.clone(), Update::CounterAdd(1e300)).unwrap();
+            metrics
+                .update(&format!("g{i}"), l.clone(), Update::GaugeSet(nines.parse().unwrap()))
+                .unwrap();
+            metrics.update("h", l, Update::HistogramObserve(f64::MAX)).unwrap();
+        }
+        let written = page(&[(model, version, &metrics)]).len() - empty;
+        let charged = metrics.bytes();
+        assert!(written <= charged, "written {written} > charged {charged}");
+        assert!(
+            charged <= written * 2,
+            "charged {charged} is far above written {written}"
+        );
+        assert_eq!(shared.bytes(), charged);
+        drop(metrics);
+        assert_eq!(shared.bytes(), 0, "a dropped version gives its bytes back");
+    }
+
+    #[test]
+    fn hostile_label_values_stay_inside_their_quotes() {
+        let metrics = Arc::new(PluginMetrics::default());
+        let forged = "} 0\ntensorplug_model_ready{model=\"other\"} 0\n# EOF\n";
+        metrics
+            .update("x", labels(&[("v", forged)]), Update::GaugeSet(1.0))
+            .unwrap();
+        let text = page(&[("m", "1", &metrics)]);
+        assert!(
+            text.contains(r#"tensorplug_plugin_x{model="m",version="1",v="} 0\ntensorplug_model_ready{model=\"other\"} 0\n# EOF\n"} 1"#),
+            "{text}"
+        );
+        assert_eq!(text.lines().filter(|l| *l == "# EOF").count(), 1, "{text}");
+        assert!(!text.lines().any(|l| l.starts_with("tensorplug_model_ready")), "{text}");
+    }
+
+    #[test]
+    fn models_share_a_name_of_one_kind_and_refusals_are_counted() {
+        let shared = Arc::new(PluginPage::default());
+        let a = Arc::new(PluginMetrics::new(shared.clone(), "a", "1"));
+        let b = Arc::new(PluginMetrics::new(shared.clone(), "b", "1"));
+        a.update("n", vec![], Update::CounterAdd(1.0)).unwrap();
+        b.update("n", vec![], Update::CounterAdd(2.0)).unwrap();
+        assert!(b.update("n_total", vec![], Update::GaugeSet(1.0)).is_err());
+        let text = page(&[("a", "1", &a), ("b", "1", &b)]);
+        assert_eq!(text.matches("# TYPE tensorplug_plugin_n counter").count(), 1, "{text}");
+        assert!(
+            text.contains(r#"tensorplug_plugin_n_total{model="a",version="1"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"tensorplug_plugin_n_total{model="b",version="1"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"tensorplug_plugin_metrics_refused_total{model="b",version="1",rule="name_clash"} 1"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"model="a",version="1",rule"#), "{text}");
+    }
 }

@@ -18,6 +18,7 @@ use prometheus_client::metrics::family::Family;
 
 use super::model::{LoadError, Model};
 use crate::model::config::{is_valid_model_name, MODEL_FILE};
+use crate::model::openmetrics::Escaped;
 use crate::pipeline::LoadedModel;
 use crate::runtime::{Runtime, RuntimeError};
 
@@ -129,7 +130,7 @@ pub enum RepositoryError {
 /// The labels of `tensorplug_model_loads_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LoadLabels {
-    pub model: String,
+    pub model: Escaped<String>,
     /// `load` (no version was serving) or `reload` (one was, and serves on if this fails).
     pub kind: &'static str,
     /// `ready` or `failed`.
@@ -268,7 +269,7 @@ impl Repository {
         let outcome = if loaded.is_ok() { "ready" } else { "failed" };
         self.loads
             .get_or_create(&LoadLabels {
-                model: name.to_owned(),
+                model: Escaped(name.to_owned()),
                 kind,
                 outcome,
             })
