@@ -28,12 +28,15 @@
 //! | -21 | runs `digits` on an input of the wrong shape; the host's refusal is the item's error |
 //! | -22 | runs `digits` on an input of the wrong type; the host's refusal is the item's error |
 //! | -23 | passes graph bytes to `wasi:nn`'s `load`; the host's refusal becomes the item's 422 |
+//! | -60 | opens and reads `fifo` in its model folder; an error becomes the item's 422 |
+//! | -61 | the same through `fifo-link` (a symlink to it) |
 //!
 //! It keeps metrics: the counter `batches`, the gauge `last_batch_size` and the histogram
 //! `item_value` (each item's |x|), and declares the metadata `purpose` and `scale`.
 //!
 //! With the parameter `fail_init = "true"`, `init` fails; with `sleep_init_ms = N`,
-//! `init` first sleeps N ms (in a host call).
+//! `init` first sleeps N ms (in a host call); with `random_metadata = "true"`, every
+//! `init` also declares the metadata `nonce` with a value of its own.
 
 use std::hint::black_box;
 
@@ -56,6 +59,9 @@ impl Predictor for Faulty {
         let scale: f32 = parameters.parse_or("scale", 2.0)?;
         metadata::declare("purpose", "fault injection")?;
         metadata::declare("scale", &scale.to_string())?;
+        if parameters.parse_or("random_metadata", false)? {
+            metadata::declare("nonce", &nonce().to_string())?;
+        }
         Ok(Faulty { scale })
     }
 
@@ -90,6 +96,9 @@ impl Predictor for Faulty {
                 _ => None,
             };
             if let Some(error) = nn_failure {
+                failures.push(error.at(i as u32));
+            }
+            if let Some(error) = sandbox_fault(v) {
                 failures.push(error.at(i as u32));
             }
             match fault_code(v) {
@@ -145,6 +154,27 @@ impl Predictor for Faulty {
 fn fault_code(v: f32) -> Option<u8> {
     let code = -v;
     (code.fract() == 0.0 && (1.0..=23.0).contains(&code)).then_some(code as u8)
+}
+
+/// Codes -60..=-69: what the sandbox must refuse of a model folder.
+fn sandbox_fault(v: f32) -> Option<ItemError> {
+    let file = if v == -60.0 {
+        "fifo"
+    } else if v == -61.0 {
+        "fifo-link"
+    } else {
+        return None;
+    };
+    let path = format!("{}/{file}", tensorplug_guest::MODEL_DIR);
+    let read = std::fs::File::open(&path).and_then(|mut f| std::io::Read::read(&mut f, &mut [0u8; 16]));
+    read.err().map(|e| ItemError::new(422, format!("faulty: opening {path}: {e}")))
+}
+
+/// A value no other `init` of this model declares (std's hash keys are random per
+/// instance).
+fn nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new().build_hasher().finish()
 }
 
 /// Runs the graph `digits` once on `input`.

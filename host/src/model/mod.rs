@@ -1,9 +1,11 @@
 //! The vocabulary every layer shares: tensors and items ([`tensor`]), what becomes of an
-//! item ([`outcome`]), a model's `model.toml` ([`config`]), the kinds of stage
+//! item ([`outcome`]), a model's `model.toml` ([`config`]), how a model folder's files are
+//! read ([`files`]), the kinds of stage
 //! ([`StageKind`]) and how outside text is quoted ([`text`]). Depends on nothing else in
 //! the crate.
 
 pub mod config;
+pub mod files;
 pub mod outcome;
 mod stage;
 pub mod tensor;
