@@ -49,9 +49,15 @@ async fn sixteen_looping_items_cost_another_client_one_deadline_at_most() {
     eprintln!("innocent clients: {first:?} and {second:?}; the 16 looping items: {status} after {held:?}");
     // The old order served them after every re-run: 2.98 s, at the request's deadline.
     for took in [first, second] {
-        assert!(took < ITEM_TIMEOUT + Duration::from_millis(400), "answered after {took:?}");
+        assert!(
+            took < ITEM_TIMEOUT + Duration::from_millis(400),
+            "answered after {took:?}"
+        );
     }
-    assert!(held < Duration::from_millis(3000 + 600), "the looping request took {held:?}");
+    assert!(
+        held < Duration::from_millis(3000 + 600),
+        "the looping request took {held:?}"
+    );
     let (status, _) = timed(&server, vec![3.0]).await.unwrap();
     assert_eq!(status, 200);
     server.stop().await;
@@ -67,7 +73,10 @@ async fn a_neighbour_of_many_looping_items_is_re_run_before_them() {
     eprintln!("a neighbour of 16 looping items: {status} after {took:?}");
     assert_eq!(status, 200);
     // The batch's deadline, then its own short re-run; not after 16 more deadlines.
-    assert!(took < 2 * ITEM_TIMEOUT + Duration::from_millis(300), "answered after {took:?}");
+    assert!(
+        took < 2 * ITEM_TIMEOUT + Duration::from_millis(300),
+        "answered after {took:?}"
+    );
     looping.await.unwrap();
     server.stop().await;
 }

@@ -16,7 +16,8 @@ const INFER: &str = "/v2/models/faulty/infer";
 fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a valid NUL-terminated path; mkfifo only creates a file.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+    let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(made, 0, "mkfifo {}", path.display());
 }
 
 /// A character device node like /dev/zero at `path`, if this process may make one.
@@ -108,7 +109,10 @@ async fn special_files_fail_their_models_load_at_once_and_others_serve() {
     let metrics = common::metrics::scrape(&server).await;
     let host = metrics.value("tensorplug_special_files_refused_total", &[("opener", "host")]);
     assert!(host >= before + refused.len() as f64, "{host} refused");
-    eprintln!("special files: {} refused, all loads settled in {loaded_in:?}", refused.len());
+    eprintln!(
+        "special files: {} refused, all loads settled in {loaded_in:?}",
+        refused.len()
+    );
     server.stop().await;
 }
 

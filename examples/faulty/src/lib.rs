@@ -167,7 +167,8 @@ fn sandbox_fault(v: f32) -> Option<ItemError> {
     };
     let path = format!("{}/{file}", tensorplug_guest::MODEL_DIR);
     let read = std::fs::File::open(&path).and_then(|mut f| std::io::Read::read(&mut f, &mut [0u8; 16]));
-    read.err().map(|e| ItemError::new(422, format!("faulty: opening {path}: {e}")))
+    read.err()
+        .map(|e| ItemError::new(422, format!("faulty: opening {path}: {e}")))
 }
 
 /// A value no other `init` of this model declares (std's hash keys are random per

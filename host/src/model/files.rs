@@ -35,11 +35,11 @@ pub fn count_refused_to_plugin() {
 /// Why a file of a model folder was not read. The text is the reason; callers name the file.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
-    #[error("cannot open: {0}")]
+    #[error("cannot read: {0}")]
     Open(std::io::Error),
     #[error("is a {0}, not a regular file; only regular files are read from a model folder (regular-files-only)")]
     NotRegular(&'static str),
-    #[error("is {size} bytes, more than {limit} ({max} bytes); refused")]
+    #[error("is {size} bytes, more than {limit}: at most {max} bytes; refused")]
     TooLarge { size: u64, max: u64, limit: &'static str },
     #[error("cannot read: {0}")]
     Read(std::io::Error),
@@ -144,7 +144,10 @@ mod tests {
             let started = Instant::now();
             let error = read_regular(path, 1 << 20, "cap").unwrap_err().to_string();
             assert!(started.elapsed() < Duration::from_secs(1));
-            assert!(error.contains("FIFO") && error.contains("regular-files-only"), "{error}");
+            assert!(
+                error.contains("FIFO") && error.contains("regular-files-only"),
+                "{error}"
+            );
         }
         assert!(special_files_refused().0 >= before + 2);
     }

@@ -158,7 +158,10 @@ impl PipelineInstance {
         for (index, item) in alive {
             outcomes[index] = Some(Ok(item));
         }
-        let resumes_later: Vec<usize> = handed_back.iter().flat_map(|r| r.items.iter().map(|(i, _)| *i)).collect();
+        let resumes_later: Vec<usize> = handed_back
+            .iter()
+            .flat_map(|r| r.items.iter().map(|(i, _)| *i))
+            .collect();
         let mut outcomes: Vec<Option<ItemOutcome>> = outcomes
             .into_iter()
             .map(|o| Some(o.unwrap_or_else(|| Err(ItemError::trap("item lost in the pipeline")))))
@@ -166,10 +169,7 @@ impl PipelineInstance {
         for index in resumes_later {
             outcomes[index] = None;
         }
-        Run {
-            outcomes,
-            handed_back,
-        }
+        Run { outcomes, handed_back }
     }
 }
 

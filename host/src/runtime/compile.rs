@@ -52,7 +52,8 @@ pub const COMPILE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// Reads a plugin file: a regular file of at most [`MAX_PLUGIN_BYTES`] (a larger one is
 /// refused unread, a FIFO or device without blocking).
 pub fn read_plugin(file: &std::path::Path) -> Result<Vec<u8>, String> {
-    crate::model::files::read_regular(file, MAX_PLUGIN_BYTES, "the plugin size cap of 64 MiB").map_err(|e| e.to_string())
+    crate::model::files::read_regular(file, MAX_PLUGIN_BYTES, "the plugin size cap of 64 MiB")
+        .map_err(|e| e.to_string())
 }
 
 /// Compiles a component or a wasip1 core module; the error says what is wrong with it.

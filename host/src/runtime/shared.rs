@@ -47,7 +47,13 @@ impl ModelShared {
     /// Checks that `stage`'s init, which has declared `declared` so far, may declare
     /// `key` = `value` (it is then recorded in `declared`; the last value for a key wins),
     /// or says which rule it breaks.
-    pub fn check_metadata(&self, stage: &'static str, declared: &mut Declared, key: &str, value: String) -> Result<(), String> {
+    pub fn check_metadata(
+        &self,
+        stage: &'static str,
+        declared: &mut Declared,
+        key: &str,
+        value: String,
+    ) -> Result<(), String> {
         let valid = key
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
@@ -158,9 +164,15 @@ mod tests {
         let declared = |pairs: &[(&str, &str)]| -> Declared {
             pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
         };
-        shared.settle_metadata("predict", declared(&[("seed", "1"), ("scale", "2")])).unwrap();
-        shared.settle_metadata("preprocess", declared(&[("labels", "a,b")])).unwrap();
-        shared.settle_metadata("predict", declared(&[("scale", "2"), ("seed", "1")])).unwrap();
+        shared
+            .settle_metadata("predict", declared(&[("seed", "1"), ("scale", "2")]))
+            .unwrap();
+        shared
+            .settle_metadata("preprocess", declared(&[("labels", "a,b")]))
+            .unwrap();
+        shared
+            .settle_metadata("predict", declared(&[("scale", "2"), ("seed", "1")]))
+            .unwrap();
         let change = shared
             .settle_metadata("predict", declared(&[("seed", "9"), ("scale", "2"), ("new", "x")]))
             .unwrap_err();

@@ -171,7 +171,7 @@ impl StoreState {
             stage,
             shared,
         } = &self.tag;
-        if let Err(change) = shared.settle_metadata(*stage, declared) {
+        if let Err(change) = shared.settle_metadata(stage, declared) {
             tracing::warn!(
                 model = &**model,
                 version = &**version,

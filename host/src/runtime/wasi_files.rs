@@ -32,6 +32,9 @@ const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
 /// The guest's arguments to `open-at`.
 type OpenAt = (Resource<Descriptor>, PathFlags, String, OpenFlags, DescriptorFlags);
 
+/// Its answer: the opened descriptor, or the error code.
+type Opened = (Result<Resource<Descriptor>, ErrorCode>,);
+
 /// Replaces `open-at` in `linker` (which already holds WASI) by the checked one.
 pub(super) fn refuse_special_files(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
@@ -45,7 +48,7 @@ pub(super) fn refuse_special_files(linker: &mut Linker<StoreState>) -> wasmtime:
 fn open_at(
     mut store: wasmtime::StoreContextMut<'_, StoreState>,
     (dir, path_flags, path, open_flags, flags): OpenAt,
-) -> Box<dyn std::future::Future<Output = wasmtime::Result<(Result<Resource<Descriptor>, ErrorCode>,)>> + Send + '_> {
+) -> Box<dyn std::future::Future<Output = wasmtime::Result<Opened>> + Send + '_> {
     Box::new(async move {
         let mut files = store.data_mut().filesystem();
         let target = Resource::new_borrow(dir.rep());

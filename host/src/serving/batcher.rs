@@ -26,10 +26,10 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::instances::{BatcherLink, HandedBack, Job, JobItem};
-use crate::model::StageKind;
 use super::stats::ModelStats;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
+use crate::model::StageKind;
 
 /// An item waiting in the queue.
 pub struct QueuedItem {

@@ -199,7 +199,9 @@ fn work(
             if let Err(lost) = link.handed_back.send(part) {
                 // The batcher is gone (the model is being torn down): answer them now.
                 for item in lost.0.items {
-                    let _ = item.reply.send(Err(ItemError::unavailable("the model was unloaded before the item ran")));
+                    let _ = item.reply.send(Err(ItemError::unavailable(
+                        "the model was unloaded before the item ran",
+                    )));
                 }
             }
         }

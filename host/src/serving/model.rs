@@ -53,7 +53,10 @@ impl Model {
             max_queue_size: config.batching.max_queue_size,
         };
         let count = instances.len();
-        let idle = (Arc::new(Semaphore::new(count)), u32::try_from(count).unwrap_or(u32::MAX));
+        let idle = (
+            Arc::new(Semaphore::new(count)),
+            u32::try_from(count).unwrap_or(u32::MAX),
+        );
         let (batcher, link) = BatcherHandle::spawn(config.name.as_str().into(), policy, idle, jobs_tx, stats.clone());
         let completion =
             spawn_workers(&config.name, instances, jobs_rx, link, stats.clone()).map_err(LoadError::Threads)?;
