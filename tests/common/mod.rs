@@ -29,13 +29,17 @@ pub fn root() -> PathBuf {
 pub fn require_plugins(repository: &Path) {
     for entry in std::fs::read_dir(repository).expect("repository folder") {
         let dir = entry.expect("entry").path();
+        // Tests of special files (a FIFO as model.toml or as a plugin) are not read here.
+        if !dir.join("model.toml").is_file() {
+            continue;
+        }
         let Ok(text) = std::fs::read_to_string(dir.join("model.toml")) else {
             continue;
         };
         for line in text.lines().filter(|l| l.contains(".wasm\"")) {
             let file = line.split('"').nth(1).expect("quoted file name");
             assert!(
-                dir.join(file).is_file(),
+                dir.join(file).exists(),
                 "{} is missing: build the plugins first with ./scripts/build-plugins.sh (./scripts/test.sh does it)",
                 dir.join(file).display()
             );

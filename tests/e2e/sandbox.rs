@@ -235,7 +235,7 @@ async fn an_oversized_plugin_is_refused_unread_and_other_models_load() {
         big["reason"]
             .as_str()
             .unwrap()
-            .contains("plugins larger than 64 MiB are refused"),
+            .contains("more than the plugin size cap of 64 MiB"),
         "{index}"
     );
     let faulty = index

@@ -31,12 +31,15 @@
 //! | -50 | an item failure 422 whose message holds every byte a header must not: control characters, CR/LF, NUL, DEL, non-ASCII, 64 KiB of it |
 //! | -51 | the item's row of `y` is 16 MiB wide (4 Mi values; declare `y`'s shape `[-1]`) |
 //! | -30..-39 | plugin metrics written to forge, break or bloat `/metrics` (see `metric_faults`) |
+//! | -60 | opens and reads `fifo` in its model folder; an error becomes the item's 422 |
+//! | -61 | the same through `fifo-link` (a symlink to it) |
 //!
 //! It keeps metrics: the counter `batches`, the gauge `last_batch_size` and the histogram
 //! `item_value` (each item's |x|), and declares the metadata `purpose` and `scale`.
 //!
 //! With the parameter `fail_init = "true"`, `init` fails; with `sleep_init_ms = N`,
-//! `init` first sleeps N ms (in a host call).
+//! `init` first sleeps N ms (in a host call); with `random_metadata = "true"`, every
+//! `init` also declares the metadata `nonce` with a value of its own.
 
 use std::hint::black_box;
 
@@ -61,6 +64,9 @@ impl Predictor for Faulty {
         let scale: f32 = parameters.parse_or("scale", 2.0)?;
         metadata::declare("purpose", "fault injection")?;
         metadata::declare("scale", &scale.to_string())?;
+        if parameters.parse_or("random_metadata", false)? {
+            metadata::declare("nonce", &nonce().to_string())?;
+        }
         Ok(Faulty { scale })
     }
 
@@ -97,7 +103,10 @@ impl Predictor for Faulty {
             if let Some(error) = nn_failure {
                 failures.push(error.at(i as u32));
             }
-            if let Some(error) = metric_fault_code(v).and_then(metric_faults::run) {
+            let hostile = code_in(v, 30..=39)
+                .and_then(metric_faults::run)
+                .or_else(|| sandbox_fault(v));
+            if let Some(error) = hostile {
                 failures.push(error.at(i as u32));
             }
             match fault_code(v) {
@@ -128,10 +137,10 @@ impl Predictor for Faulty {
         }
 
         // Rows wider than one value (fault -51): every row as wide as the widest.
-        let wide = x.values::<f32>()?.iter().any(|&v| edge_fault(v) == Some(51));
+        let wide = x.values::<f32>()?.iter().any(|&v| code_in(v, 50..=59) == Some(51));
         let width: usize = if wide { WIDE_ROW } else { 1 };
         for (i, &v) in x.values::<f32>()?.iter().enumerate() {
-            if edge_fault(v) == Some(50) {
+            if code_in(v, 50..=59) == Some(50) {
                 failures.push(ItemError::new(422, hostile_message()).at(i as u32));
             }
         }
@@ -162,14 +171,15 @@ impl Predictor for Faulty {
 
 /// `Some(k)` when `v` is exactly `-k` for a fault code `k` in 1..=23.
 fn fault_code(v: f32) -> Option<u8> {
-    let code = -v;
-    (code.fract() == 0.0 && (1.0..=23.0).contains(&code)).then_some(code as u8)
+    code_in(v, 1..=23)
 }
 
-/// `Some(k)` when `v` is exactly `-k` for a gRPC-edge fault code `k` in 50..=59.
-fn edge_fault(v: f32) -> Option<u8> {
+/// `Some(k)` when `v` is exactly `-k` for a code `k` in `codes` (each family of faults
+/// keeps a range of its own).
+fn code_in(v: f32, codes: std::ops::RangeInclusive<u8>) -> Option<u8> {
     let code = -v;
-    (code.fract() == 0.0 && (50.0..=59.0).contains(&code)).then_some(code as u8)
+    let whole = code.fract() == 0.0 && (0.0..=255.0).contains(&code);
+    whole.then_some(code as u8).filter(|k| codes.contains(k))
 }
 
 /// Values in one row of `y` under fault -51 (16 MiB of FP32).
@@ -185,10 +195,26 @@ fn hostile_message() -> String {
     message
 }
 
-/// `Some(k)` when `v` is exactly `-k` for a metrics fault code `k` in 30..=39.
-fn metric_fault_code(v: f32) -> Option<u8> {
-    let code = -v;
-    (code.fract() == 0.0 && (30.0..=39.0).contains(&code)).then_some(code as u8)
+/// Codes -60..=-69: what the sandbox must refuse of a model folder.
+fn sandbox_fault(v: f32) -> Option<ItemError> {
+    let file = if v == -60.0 {
+        "fifo"
+    } else if v == -61.0 {
+        "fifo-link"
+    } else {
+        return None;
+    };
+    let path = format!("{}/{file}", tensorplug_guest::MODEL_DIR);
+    let read = std::fs::File::open(&path).and_then(|mut f| std::io::Read::read(&mut f, &mut [0u8; 16]));
+    read.err()
+        .map(|e| ItemError::new(422, format!("faulty: opening {path}: {e}")))
+}
+
+/// A value no other `init` of this model declares (std's hash keys are random per
+/// instance).
+fn nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new().build_hasher().finish()
 }
 
 /// Runs the graph `digits` once on `input`.

@@ -196,6 +196,8 @@ const DEFAULT_MAX_HANDLES: usize = 128;
 /// `init` hangs fails its load instead of holding it up.
 const DEFAULT_INIT_TIMEOUT_MS: u64 = 10_000;
 const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Largest `model.toml` read: a real one is a few KiB.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// Whether `name` can be a model (and folder) name: no path tricks, nothing hidden.
 pub fn is_valid_model_name(name: &str) -> bool {
@@ -211,10 +213,13 @@ impl ModelConfig {
     /// Reads and validates `dir/model.toml`.
     pub fn load(dir: &Path) -> Result<Self, ConfigError> {
         let file = dir.join(MODEL_FILE);
-        let text = std::fs::read_to_string(&file).map_err(|e| ConfigError {
+        let failed = |message: String| ConfigError {
             file: file.clone(),
-            message: format!("cannot read: {e}"),
-        })?;
+            message,
+        };
+        let bytes = super::files::read_regular(&file, MAX_CONFIG_BYTES, "model.toml's size cap of 1 MiB")
+            .map_err(|e| failed(e.to_string()))?;
+        let text = String::from_utf8(bytes).map_err(|_| failed("is not UTF-8 text".into()))?;
         Self::parse(dir, &text).map_err(|message| ConfigError { file, message })
     }
 

@@ -1,10 +1,11 @@
 //! The vocabulary every layer shares: tensors and items ([`tensor`]), what becomes of an
-//! item ([`outcome`]), a model's `model.toml` ([`config`]), the kinds of stage
-//! ([`StageKind`]), how outside text is quoted ([`text`]) and written into
-//! OpenMetrics label values ([`openmetrics`]). Depends on nothing else in
-//! the crate.
+//! item ([`outcome`]), a model's `model.toml` ([`config`]), how a model folder's files are
+//! read ([`files`]), the kinds of stage ([`StageKind`]), how outside text is quoted
+//! ([`text`]) and written into OpenMetrics label values ([`openmetrics`]). Depends on
+//! nothing else in the crate.
 
 pub mod config;
+pub mod files;
 pub mod openmetrics;
 pub mod outcome;
 mod stage;

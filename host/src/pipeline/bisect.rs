@@ -16,6 +16,14 @@
 //!   a trap, so the error lands on the items of the request that causes it (at most
 //!   `2·r·⌈log2 n⌉` extra calls for `r` such requests among `n` items).
 //!
+//! When the audience takes them ([`Audience::takes_reruns`]; the server's does), the
+//! parts to re-run after a failed call are handed back ([`Deferred`]) instead of being run
+//! here: the batcher runs each later as a call of its own, from the stage it was in, taking
+//! turns with fresh batches (`serving::batcher`). So one request's slow or trapping items
+//! cost another client about one deadline at most, however many of them it holds, and
+//! each part's items are answered as soon as that part is done — a neighbour caught in a
+//! call with another request's slow items does not wait for all their re-runs.
+//!
 //! The algorithm only needs a stage that hands out a live instance and replaces it after
 //! a trap, and an [`Audience`] that knows the items' clients, so it is tested here with
 //! fakes of both.
@@ -42,6 +50,11 @@ pub trait Audience {
     fn wanted(&self, index: usize) -> bool;
     /// The request the item belongs to; items of one request share it.
     fn request(&self, index: usize) -> u64;
+    /// Whether re-runs are handed back to be run later, each as a call of its own, rather
+    /// than run here, one after the other.
+    fn takes_reruns(&self) -> bool {
+        false
+    }
 }
 
 /// Every item is wanted and is its own request.
@@ -59,6 +72,10 @@ impl Audience for Everyone {
 
 /// An item with its position in the batch the pipeline was given.
 pub(crate) type Indexed = (usize, Item);
+
+/// Parts of a failed call to re-run, handed back; each is re-run later as one call of the
+/// same stage.
+pub(crate) type Deferred = Vec<Vec<Indexed>>;
 
 /// What one failed call means for the items in it.
 #[derive(Debug)]
@@ -79,15 +96,17 @@ pub(crate) type StageCall<'a, I> = dyn Fn(&mut I, &mut [Indexed]) -> Result<Vec<
 
 /// Calls a stage on `items`; on a trap or contract violation, replaces the instance if
 /// needed and re-runs the parts, until the failing items are isolated. One outcome per
-/// item, with its index.
+/// item, with its index, but for the items of parts put in `deferred` (when the audience
+/// takes re-runs, see the module's doc).
 pub(crate) fn run_bisected<S: Stage>(
     stage: &mut S,
     items: Vec<Indexed>,
     audience: &dyn Audience,
     call: &StageCall<'_, S::Instance>,
+    deferred: &mut Deferred,
 ) -> Vec<(usize, ItemOutcome)> {
     let (items, mut answered) = drop_unwanted(items, audience);
-    answered.extend(run_wanted(stage, items, audience, call));
+    answered.extend(run_wanted(stage, items, audience, call, deferred));
     answered
 }
 
@@ -103,6 +122,7 @@ fn run_wanted<S: Stage>(
     mut items: Vec<Indexed>,
     audience: &dyn Audience,
     call: &StageCall<'_, S::Instance>,
+    deferred: &mut Deferred,
 ) -> Vec<(usize, ItemOutcome)> {
     if items.is_empty() {
         return Vec::new();
@@ -142,9 +162,13 @@ fn run_wanted<S: Stage>(
         let second = first.split_off(first.len() / 2);
         vec![first, second]
     };
+    if audience.takes_reruns() {
+        deferred.extend(parts);
+        return Vec::new();
+    }
     parts
         .into_iter()
-        .flat_map(|part| run_bisected(stage, part, audience, call))
+        .flat_map(|part| run_bisected(stage, part, audience, call, deferred))
         .collect()
 }
 
@@ -260,6 +284,19 @@ mod tests {
         }
     }
 
+    /// [`run_bisected`] where nothing gives way (nothing may be deferred).
+    fn run_all<S: Stage>(
+        stage: &mut S,
+        items: Vec<Indexed>,
+        audience: &dyn Audience,
+        call: &StageCall<'_, S::Instance>,
+    ) -> Vec<(usize, ItemOutcome)> {
+        let mut deferred = Deferred::new();
+        let outcomes = run_bisected(stage, items, audience, call, &mut deferred);
+        assert!(deferred.is_empty(), "nothing waits, so nothing gives way");
+        outcomes
+    }
+
     fn ceil_log2(n: usize) -> usize {
         n.next_power_of_two().trailing_zeros() as usize
     }
@@ -268,7 +305,7 @@ mod tests {
     fn a_call_without_failures_costs_one_call() {
         let (culprits, calls) = (HashSet::new(), Cell::new(0));
         let mut stage = FakeStage::default();
-        let outcomes = run_bisected(
+        let outcomes = run_all(
             &mut stage,
             items(32),
             &Everyone,
@@ -292,7 +329,7 @@ mod tests {
                 let culprits: HashSet<usize> = culprits.into_iter().collect();
                 let calls = Cell::new(0);
                 let mut stage = FakeStage::default();
-                let outcomes = run_bisected(
+                let outcomes = run_all(
                     &mut stage,
                     items(n),
                     &Everyone,
@@ -317,7 +354,7 @@ mod tests {
         let culprits: HashSet<usize> = [3, 11].into_iter().collect();
         let calls = Cell::new(0);
         let mut stage = FakeStage::default();
-        let outcomes = run_bisected(
+        let outcomes = run_all(
             &mut stage,
             items(16),
             &Everyone,
@@ -334,7 +371,7 @@ mod tests {
         let culprits: HashSet<usize> = [5].into_iter().collect();
         let calls = Cell::new(0);
         let mut stage = FakeStage::default();
-        let outcomes = run_bisected(
+        let outcomes = run_all(
             &mut stage,
             items(8),
             &Everyone,
@@ -385,7 +422,7 @@ mod tests {
         let mut stage = FakeStage::default();
         let one_request = requests(4);
         let failing = call_failing_on(&culprits, &calls, whole_batch_error);
-        let outcomes = run_bisected(&mut stage, items(4), &one_request, &failing);
+        let outcomes = run_all(&mut stage, items(4), &one_request, &failing);
         assert_eq!(calls.get(), 1);
         assert!(outcomes.iter().all(|(_, o)| o.as_ref().unwrap_err().status == 422));
     }
@@ -398,7 +435,7 @@ mod tests {
         let mut stage = FakeStage::default();
         let audience = requests(4);
         let failing = call_failing_on(&culprits, &calls, whole_batch_error);
-        let outcomes = run_bisected(&mut stage, items(32), &audience, &failing);
+        let outcomes = run_all(&mut stage, items(32), &audience, &failing);
         let failed: HashSet<usize> = (20..24).collect();
         check_outcomes(&outcomes, 32, &failed, 422);
         assert_eq!(stage.replacements, 0, "a plugin's error is no trap");
@@ -418,7 +455,7 @@ mod tests {
             seen.set(seen.get() + items.len());
             call_failing_on(&HashSet::new(), &calls, trap)(instance, items)
         };
-        let outcomes = run_bisected(&mut stage, items(10), &audience, &counting);
+        let outcomes = run_all(&mut stage, items(10), &audience, &counting);
         assert_eq!(seen.get(), 5, "only the wanted items reach the plugin");
         for (index, outcome) in &outcomes {
             if index % 2 == 1 {
@@ -437,7 +474,7 @@ mod tests {
             unavailable: true,
             ..FakeStage::default()
         };
-        let outcomes = run_bisected(
+        let outcomes = run_all(
             &mut stage,
             items(3),
             &Everyone,
@@ -445,5 +482,41 @@ mod tests {
         );
         assert_eq!(calls.get(), 0);
         assert!(outcomes.iter().all(|(_, o)| o.as_ref().unwrap_err().status == 503));
+    }
+
+    /// Every item its own request; re-runs are handed back.
+    struct Queued;
+
+    impl Audience for Queued {
+        fn wanted(&self, _: usize) -> bool {
+            true
+        }
+
+        fn request(&self, index: usize) -> u64 {
+            index as u64
+        }
+
+        fn takes_reruns(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn re_runs_are_handed_back_to_an_audience_that_takes_them() {
+        let culprits: HashSet<usize> = [2].into_iter().collect();
+        let calls = Cell::new(0);
+        for (failure, parts) in [(trap as fn() -> CallFailure, 2), (timeout, 8)] {
+            calls.set(0);
+            let mut stage = FakeStage::default();
+            let mut deferred = Deferred::new();
+            let failing = call_failing_on(&culprits, &calls, failure);
+            let outcomes = run_bisected(&mut stage, items(8), &Queued, &failing, &mut deferred);
+            assert!(outcomes.is_empty(), "nothing re-runs here");
+            assert_eq!(calls.get(), 1, "only the first call ran");
+            assert_eq!(deferred.len(), parts);
+            let mut handed: Vec<usize> = deferred.iter().flatten().map(|(i, _)| *i).collect();
+            handed.sort_unstable();
+            assert_eq!(handed, (0..8).collect::<Vec<_>>(), "every item is handed back once");
+        }
     }
 }

@@ -33,7 +33,7 @@ pub use load::{LoadError, LoadedModel};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bisect::{run_bisected, Indexed};
+use bisect::{run_bisected, Deferred, Indexed};
 use contract::map_items;
 use predict::run_predict;
 use slot::Slot;
@@ -101,48 +101,91 @@ impl PipelineInstance {
         live(&self.preprocess) && self.predict.is_live() && live(&self.postprocess)
     }
 
-    /// Runs `items` through every stage; one outcome per item, in order. `audience`
-    /// tells which items are still wanted (checked before every call) and which request
-    /// each belongs to.
+    /// Runs `items` through every stage; one outcome per item, in order. For callers whose
+    /// audience never has fresh work waiting (nothing is handed back; see [`Self::run_from`]).
     pub fn run(&mut self, items: Vec<Item>, audience: &dyn Audience) -> Vec<ItemOutcome> {
+        let run = self.run_from(StageKind::Preprocess, items, audience);
+        run.outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(ItemError::unavailable("not run: handed back to a queue"))))
+            .collect()
+    }
+
+    /// Runs `items` through every stage from `start` on (a part handed back earlier
+    /// resumes at the stage it was in); one outcome per item, in order, but for the parts
+    /// that gave way to fresh work (see [`Run`]). `audience` tells which items are still
+    /// wanted (checked before every call), which request each belongs to and whether
+    /// fresh work waits.
+    pub fn run_from(&mut self, start: StageKind, items: Vec<Item>, audience: &dyn Audience) -> Run {
         self.last_run.clear();
         let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; items.len()];
         let mut alive: Vec<Indexed> = items.into_iter().enumerate().collect();
+        let mut handed_back = Vec::new();
+        let mut deferred = Deferred::new();
+        let mut hand_back = |stage: StageKind, deferred: &mut Deferred| {
+            handed_back.extend(deferred.drain(..).map(|items| Resume { stage, items }));
+        };
 
         // The last stage's answers are checked against the declared outputs inside its
         // call, so that a violation is bisected down to the items that cause it.
         let declared = self.template.outputs.as_slice();
         let last_is_predict = self.postprocess.is_none();
         let times = &mut self.last_run;
-        if let Some(slot) = self.preprocess.as_mut() {
+        if let (Some(slot), StageKind::Preprocess) = (self.preprocess.as_mut(), start) {
             let started = Instant::now();
             let call = |instance: &mut StageInstance, items: &mut [Indexed]| map_items(instance, items, &[]);
-            alive = settle(&mut outcomes, run_bisected(slot, alive, audience, &call));
+            alive = settle(&mut outcomes, run_bisected(slot, alive, audience, &call, &mut deferred));
+            hand_back(StageKind::Preprocess, &mut deferred);
             times.push((StageKind::Preprocess, started.elapsed()));
         }
         let predict_declared = if last_is_predict { declared } else { &[] };
-        if !alive.is_empty() {
+        if !alive.is_empty() && start != StageKind::Postprocess {
             let started = Instant::now();
             alive = settle(
                 &mut outcomes,
-                run_predict(&mut self.predict, alive, audience, predict_declared),
+                run_predict(&mut self.predict, alive, audience, predict_declared, &mut deferred),
             );
+            hand_back(StageKind::Predict, &mut deferred);
             times.push((StageKind::Predict, started.elapsed()));
         }
         if let (Some(slot), false) = (self.postprocess.as_mut(), alive.is_empty()) {
             let started = Instant::now();
             let call = |instance: &mut StageInstance, items: &mut [Indexed]| map_items(instance, items, declared);
-            alive = settle(&mut outcomes, run_bisected(slot, alive, audience, &call));
+            alive = settle(&mut outcomes, run_bisected(slot, alive, audience, &call, &mut deferred));
+            hand_back(StageKind::Postprocess, &mut deferred);
             times.push((StageKind::Postprocess, started.elapsed()));
         }
         for (index, item) in alive {
             outcomes[index] = Some(Ok(item));
         }
-        outcomes
+        let resumes_later: Vec<usize> = handed_back
+            .iter()
+            .flat_map(|r| r.items.iter().map(|(i, _)| *i))
+            .collect();
+        let mut outcomes: Vec<Option<ItemOutcome>> = outcomes
             .into_iter()
-            .map(|o| o.unwrap_or_else(|| Err(ItemError::trap("item lost in the pipeline"))))
-            .collect()
+            .map(|o| Some(o.unwrap_or_else(|| Err(ItemError::trap("item lost in the pipeline")))))
+            .collect();
+        for index in resumes_later {
+            outcomes[index] = None;
+        }
+        Run { outcomes, handed_back }
     }
+}
+
+/// What [`PipelineInstance::run_from`] did with each item.
+pub struct Run {
+    /// Per item, in order: its outcome, or `None` for an item handed back.
+    pub outcomes: Vec<Option<ItemOutcome>>,
+    /// Parts that gave way to fresh work, each to be run again later as one call from
+    /// its stage on (`PipelineInstance::run_from` with that stage as `start`).
+    pub handed_back: Vec<Resume>,
+}
+
+/// A part of a run handed back: items (by their index in the run) and the stage they are in.
+pub struct Resume {
+    pub stage: StageKind,
+    pub items: Vec<(usize, Item)>,
 }
 
 /// Records failed items' outcomes and returns the survivors for the next stage.

@@ -1,7 +1,7 @@
 //! The predict stage: items grouped into sub-batches of one shape, stacked, called,
 //! checked, and split back per item.
 
-use super::bisect::{run_bisected, Audience, CallFailure, Indexed};
+use super::bisect::{run_bisected, Audience, CallFailure, Deferred, Indexed};
 use super::contract::{check_declared, check_names};
 use super::slot::Slot;
 use crate::model::config::TensorSpec;
@@ -15,11 +15,12 @@ pub(crate) fn run_predict(
     items: Vec<Indexed>,
     audience: &dyn Audience,
     declared: &[TensorSpec],
+    deferred: &mut Deferred,
 ) -> Vec<(usize, ItemOutcome)> {
     let call = |instance: &mut StageInstance, items: &mut [Indexed]| predict_batch(instance, items, declared);
     group_by_shape(items)
         .into_iter()
-        .flat_map(|group| run_bisected(slot, group, audience, &call))
+        .flat_map(|group| run_bisected(slot, group, audience, &call, deferred))
         .collect()
 }
 

@@ -49,17 +49,11 @@ pub const MAX_PLUGIN_BYTES: u64 = 64 << 20;
 /// Longest a plugin's compile may take (a 100 KB plugin compiles in well under a second).
 pub const COMPILE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Reads a plugin file, refusing one larger than [`MAX_PLUGIN_BYTES`] before reading it.
+/// Reads a plugin file: a regular file of at most [`MAX_PLUGIN_BYTES`] (a larger one is
+/// refused unread, a FIFO or device without blocking).
 pub fn read_plugin(file: &std::path::Path) -> Result<Vec<u8>, String> {
-    let size = std::fs::metadata(file).map_err(|e| format!("cannot read: {e}"))?.len();
-    if size > MAX_PLUGIN_BYTES {
-        return Err(format!(
-            "is {} MiB; plugins larger than {} MiB are refused",
-            size >> 20,
-            MAX_PLUGIN_BYTES >> 20
-        ));
-    }
-    std::fs::read(file).map_err(|e| format!("cannot read: {e}"))
+    crate::model::files::read_regular(file, MAX_PLUGIN_BYTES, "the plugin size cap of 64 MiB")
+        .map_err(|e| e.to_string())
 }
 
 /// Compiles a component or a wasip1 core module; the error says what is wrong with it.

@@ -54,6 +54,8 @@ impl Runtime {
         let mut linker = Linker::<StoreState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| RuntimeError::Engine(format!("linking WASI: {e:#}")))?;
+        super::wasi_files::refuse_special_files(&mut linker)
+            .map_err(|e| RuntimeError::Engine(format!("linking WASI's checked open-at: {e:#}")))?;
         log::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
             .map_err(|e| RuntimeError::Engine(format!("linking log: {e:#}")))?;
         metrics::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)

@@ -14,6 +14,7 @@ pub mod plugin_metrics;
 mod shared;
 mod stage;
 mod store;
+mod wasi_files;
 
 pub use engine::{Runtime, EPOCH_TICK};
 pub use shared::ModelShared;

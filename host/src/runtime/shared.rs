@@ -15,13 +15,24 @@ pub const MAX_METADATA_KEY_BYTES: usize = 64;
 /// Longest metadata value.
 pub const MAX_METADATA_VALUE_BYTES: usize = 4096;
 
+/// What one stage's inits declared, by key.
+pub type Declared = BTreeMap<String, String>;
+
 /// The state a model version's plugins share.
 #[derive(Debug, Default)]
 pub struct ModelShared {
     pub metrics: PluginMetrics,
-    metadata: Mutex<BTreeMap<String, String>>,
+    /// Per stage, what its first successful `init` declared: fixed from then on.
+    metadata: Mutex<BTreeMap<&'static str, Declared>>,
     /// Parsed, optimised and runnable once per version; every instance runs them.
     pub graphs: ModelGraphs,
+}
+
+/// A later `init` declared other metadata than the first one of its stage: what differs.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MetadataChange {
+    /// The keys whose values differ, or that only one of the two inits declared.
+    pub keys: Vec<String>,
 }
 
 impl ModelShared {
@@ -33,8 +44,16 @@ impl ModelShared {
         }
     }
 
-    /// Records `key` = `value` (the last value for a key wins), or says which rule it breaks.
-    pub fn declare_metadata(&self, key: &str, value: String) -> Result<(), String> {
+    /// Checks that `stage`'s init, which has declared `declared` so far, may declare
+    /// `key` = `value` (it is then recorded in `declared`; the last value for a key wins),
+    /// or says which rule it breaks.
+    pub fn check_metadata(
+        &self,
+        stage: &'static str,
+        declared: &mut Declared,
+        key: &str,
+        value: String,
+    ) -> Result<(), String> {
         let valid = key
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
@@ -50,19 +69,62 @@ impl ModelShared {
                 value.len()
             ));
         }
-        let mut metadata = self.metadata.lock().unwrap_or_else(|e| e.into_inner());
-        if !metadata.contains_key(key) && metadata.len() >= MAX_METADATA_KEYS {
-            return Err(format!(
-                "metadata '{key}': a model may declare at most {MAX_METADATA_KEYS} keys"
-            ));
+        if !declared.contains_key(key) {
+            // The other stages' keys count too: the cap is the model's.
+            let others: usize = self
+                .lock()
+                .iter()
+                .filter(|(other, _)| **other != stage)
+                .map(|(_, keys)| keys.len())
+                .sum();
+            if others + declared.len() >= MAX_METADATA_KEYS {
+                return Err(format!(
+                    "metadata '{key}': a model may declare at most {MAX_METADATA_KEYS} keys"
+                ));
+            }
         }
-        metadata.insert(key.to_owned(), value);
+        declared.insert(key.to_owned(), value);
         Ok(())
     }
 
-    /// Every key and value declared, sorted by key.
+    /// Settles what a successful `init` of `stage` declared. The first one of each stage
+    /// declares the version's metadata; later ones (more instances, replacements after a
+    /// trap) may only repeat it: a difference is returned, and changes nothing.
+    pub fn settle_metadata(&self, stage: &'static str, declared: Declared) -> Result<(), MetadataChange> {
+        let mut metadata = self.lock();
+        let Some(first) = metadata.get(stage) else {
+            metadata.insert(stage, declared);
+            return Ok(());
+        };
+        if *first == declared {
+            return Ok(());
+        }
+        let keys = first
+            .keys()
+            .chain(declared.keys())
+            .filter(|key| first.get(*key) != declared.get(*key))
+            .map(|key| crate::model::text::clip(key).to_string())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        Err(MetadataChange { keys })
+    }
+
+    /// Every key and value declared, sorted by key (a key two stages declare: the later
+    /// stage's value).
     pub fn metadata(&self) -> BTreeMap<String, String> {
-        self.metadata.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let metadata = self.lock();
+        let mut merged = BTreeMap::new();
+        for stage in ["preprocess", "predict", "postprocess"] {
+            if let Some(declared) = metadata.get(stage) {
+                merged.extend(declared.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        merged
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, Declared>> {
+        self.metadata.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -73,19 +135,52 @@ mod tests {
     #[test]
     fn metadata_is_validated_and_bounded() {
         let shared = ModelShared::default();
-        shared.declare_metadata("labels", "a,b".into()).unwrap();
-        shared.declare_metadata("labels", "c".into()).unwrap();
-        assert_eq!(shared.metadata()["labels"], "c", "the last value wins");
-        assert!(shared.declare_metadata("", "x".into()).is_err());
-        assert!(shared.declare_metadata("a b", "x".into()).is_err());
-        assert!(shared.declare_metadata(&"k".repeat(65), "x".into()).is_err());
-        let error = shared.declare_metadata("big", "v".repeat(4097)).unwrap_err();
+        let mut declared = Declared::new();
+        let mut declare = |key: &str, value: String| shared.check_metadata("predict", &mut declared, key, value);
+        declare("labels", "a,b".into()).unwrap();
+        declare("labels", "c".into()).unwrap();
+        assert!(declare("", "x".into()).is_err());
+        assert!(declare("a b", "x".into()).is_err());
+        assert!(declare(&"k".repeat(65), "x".into()).is_err());
+        let error = declare("big", "v".repeat(4097)).unwrap_err();
         assert!(error.contains("4097 bytes"), "{error}");
         for i in 1..MAX_METADATA_KEYS {
-            shared.declare_metadata(&format!("k{i}"), String::new()).unwrap();
+            declare(&format!("k{i}"), String::new()).unwrap();
         }
-        let error = shared.declare_metadata("one.more", String::new()).unwrap_err();
+        let error = declare("one.more", String::new()).unwrap_err();
         assert!(error.contains("at most 32 keys"), "{error}");
-        shared.declare_metadata("labels", "again".into()).unwrap();
+        declare("labels", "again".into()).unwrap();
+        shared.settle_metadata("predict", declared).unwrap();
+        assert_eq!(shared.metadata()["labels"], "again", "the last value wins");
+        let error = shared
+            .check_metadata("preprocess", &mut Declared::new(), "another", String::new())
+            .unwrap_err();
+        assert!(error.contains("at most 32 keys"), "the cap is the model's: {error}");
+    }
+
+    #[test]
+    fn the_first_successful_init_of_each_stage_fixes_its_metadata() {
+        let shared = ModelShared::default();
+        let declared = |pairs: &[(&str, &str)]| -> Declared {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        shared
+            .settle_metadata("predict", declared(&[("seed", "1"), ("scale", "2")]))
+            .unwrap();
+        shared
+            .settle_metadata("preprocess", declared(&[("labels", "a,b")]))
+            .unwrap();
+        shared
+            .settle_metadata("predict", declared(&[("scale", "2"), ("seed", "1")]))
+            .unwrap();
+        let change = shared
+            .settle_metadata("predict", declared(&[("seed", "9"), ("scale", "2"), ("new", "x")]))
+            .unwrap_err();
+        assert_eq!(change.keys, vec!["new".to_string(), "seed".to_string()]);
+        assert!(shared.settle_metadata("predict", Declared::new()).is_err());
+        let metadata = shared.metadata();
+        assert_eq!(metadata["seed"], "1");
+        assert_eq!(metadata["labels"], "a,b");
+        assert!(!metadata.contains_key("new"));
     }
 }

@@ -18,7 +18,7 @@ use wasmtime_wasi::{FsPerms, ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView
 use super::bindings::{log, metadata, metrics};
 use super::output::CapturedOutput;
 use super::plugin_metrics::Update;
-use super::shared::ModelShared;
+use super::shared::{Declared, ModelShared};
 use super::RuntimeError;
 
 /// Where in the guest's filesystem the model folder appears.
@@ -125,6 +125,9 @@ pub struct StoreState {
     log_budget: LogBudget,
     /// Set once `init` has returned: metadata can be declared only before.
     initialised: bool,
+    /// What this instance's `init` has declared so far; settled with the version's
+    /// metadata once `init` succeeds.
+    declared: Declared,
     /// When the current call (or instantiation and `init`) must end: `wasi:nn` compute
     /// runs natively, where epochs do not interrupt it, so it checks this.
     deadline: Instant,
@@ -155,9 +158,29 @@ impl StoreState {
         &mut self.table
     }
 
-    /// Marks `init` as done.
+    /// Marks `init` as done, and settles what it declared: the first successful `init`
+    /// of each stage of a version fixes its metadata; a later one (another instance, a
+    /// replacement after a trap) that declares something else is logged and ignored, so
+    /// clients never see metadata change while a version serves.
     pub fn finish_init(&mut self) {
         self.initialised = true;
+        let declared = std::mem::take(&mut self.declared);
+        let StageTag {
+            model,
+            version,
+            stage,
+            shared,
+        } = &self.tag;
+        if let Err(change) = shared.settle_metadata(stage, declared) {
+            tracing::warn!(
+                model = &**model,
+                version = &**version,
+                stage,
+                "init declared other metadata than this version's first init ({}); kept the first: \
+                 metadata is fixed per version",
+                change.keys.join(", ")
+            );
+        }
     }
 
     /// Starts a call's log budget afresh; returns how many lines the last call had
@@ -229,7 +252,9 @@ impl metadata::Host for StoreState {
                 crate::model::text::clip(&key)
             ));
         }
-        self.tag.shared.declare_metadata(&key, value)
+        self.tag
+            .shared
+            .check_metadata(self.tag.stage, &mut self.declared, &key, value)
     }
 }
 
@@ -283,6 +308,7 @@ pub fn new_store(
         tag,
         log_budget: LogBudget::default(),
         initialised: false,
+        declared: Declared::new(),
         deadline: Instant::now() + limits.init_timeout,
     };
     let mut store = Store::new(engine, state);

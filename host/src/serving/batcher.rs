@@ -9,6 +9,14 @@
 //!
 //! Waiting for an idle instance *before* gathering is what makes batches grow under load:
 //! while every instance is busy, items pile up and the next batch takes them all.
+//!
+//! Parts of a batch handed back by an instance (re-runs of suspect items after a trap or a
+//! time limit, see `pipeline::bisect`) wait here too, and share the instances fairly with
+//! fresh items: a free instance takes fresh items first, but never twice in a row while
+//! parts wait, so a fresh client waits for at most one such part (one deadline at most),
+//! and parts still progress under load. Among parts, the request with the fewest waiting
+//! goes first, so a few suspects of one request are not stuck behind another's many. A
+//! part whose request's deadline has passed is dropped, never run.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,10 +25,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::instances::{Job, JobItem};
+use super::instances::{BatcherLink, HandedBack, Job, JobItem};
 use super::stats::ModelStats;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
+use crate::model::StageKind;
 
 /// An item waiting in the queue.
 pub struct QueuedItem {
@@ -74,23 +83,34 @@ pub struct BatchPolicy {
 
 impl BatcherHandle {
     /// Starts the queue task on the current tokio runtime. `idle` holds one permit per
-    /// instance; a dispatched batch carries one until its instance is done with it.
+    /// instance (`instances` of them); a dispatched batch carries one until its instance is
+    /// done with it. The link is what the instance threads need of the queue.
     pub fn spawn(
         model: Arc<str>,
         policy: BatchPolicy,
-        idle: Arc<Semaphore>,
+        idle: (Arc<Semaphore>, u32),
         jobs: crossbeam_channel::Sender<Job>,
         stats: Arc<ModelStats>,
-    ) -> Self {
+    ) -> (Self, BatcherLink) {
         let (queue, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(run_queue(receiver, policy, idle, jobs, stats));
-        Self {
+        let (handed_back, parts) = mpsc::unbounded_channel();
+        let link = BatcherLink { handed_back };
+        let queues = Queues {
+            fresh: receiver,
+            fresh_open: true,
+            held: None,
+            parts,
+            waiting: Vec::new(),
+        };
+        tokio::spawn(run_queue(queues, policy, idle, jobs, stats));
+        let handle = Self {
             model,
             queue,
             admission: Arc::new(Semaphore::new(policy.max_queue_size)),
             capacity: policy.max_queue_size,
             requests: Arc::default(),
-        }
+        };
+        (handle, link)
     }
 
     /// Items waiting in the queue now.
@@ -141,23 +161,106 @@ impl BatcherHandle {
     }
 }
 
+/// What the queue task takes work from.
+struct Queues {
+    fresh: mpsc::UnboundedReceiver<QueuedItem>,
+    /// False once every handle is gone and the fresh queue is drained.
+    fresh_open: bool,
+    /// A fresh item taken from the queue to learn whether any waits, not yet dispatched.
+    held: Option<QueuedItem>,
+    parts: mpsc::UnboundedReceiver<HandedBack>,
+    /// Parts handed back, waiting for an instance.
+    waiting: Vec<HandedBack>,
+}
+
+impl Queues {
+    /// Moves every handed-back part that has arrived into `waiting`, and takes a fresh
+    /// item into `held` if one waits.
+    fn look(&mut self) {
+        while let Ok(part) = self.parts.try_recv() {
+            self.waiting.push(part);
+        }
+        if self.held.is_none() && self.fresh_open {
+            match self.fresh.try_recv() {
+                Ok(item) => self.held = Some(item),
+                Err(mpsc::error::TryRecvError::Disconnected) => self.fresh_open = false,
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+        }
+    }
+
+    /// The waiting part to run next: of the request with the fewest parts waiting, the
+    /// oldest.
+    fn next_part(&mut self) -> Option<HandedBack> {
+        let request = |part: &HandedBack| part.items.first().map_or(u64::MAX, |item| item.request);
+        let mut shares = std::collections::HashMap::<u64, usize>::new();
+        for part in &self.waiting {
+            *shares.entry(request(part)).or_default() += 1;
+        }
+        let position = (0..self.waiting.len()).min_by_key(|&i| (shares[&request(&self.waiting[i])], i))?;
+        Some(self.waiting.remove(position))
+    }
+}
+
 async fn run_queue(
-    mut receiver: mpsc::UnboundedReceiver<QueuedItem>,
+    mut queues: Queues,
     policy: BatchPolicy,
-    idle: Arc<Semaphore>,
+    (idle, instances): (Arc<Semaphore>, u32),
     jobs: crossbeam_channel::Sender<Job>,
     stats: Arc<ModelStats>,
 ) {
+    // Fresh batches dispatched while parts waited, since a part last ran.
+    let mut passed_over = 0u32;
     loop {
         let Ok(instance) = idle.clone().acquire_owned().await else {
             return;
         };
-        let Some(first) = receiver.recv().await else {
-            return; // every handle is gone and the queue is drained
+        queues.look();
+        if !queues.waiting.is_empty() && (queues.held.is_none() || passed_over >= 1) {
+            passed_over = 0;
+            if let Some(part) = queues.next_part() {
+                if !dispatch_part(part, instance, &jobs, &stats) {
+                    return;
+                }
+            }
+            continue;
+        }
+        let first = match queues.held.take() {
+            Some(first) => first,
+            None if !queues.fresh_open => {
+                // No fresh item will come. Once every instance is idle no part can be
+                // handed back any more: then the queue is done, unless some were.
+                drop(instance);
+                let Ok(all) = idle.clone().acquire_many_owned(instances).await else {
+                    return;
+                };
+                drop(all);
+                queues.look();
+                if queues.waiting.is_empty() {
+                    return; // every handle is gone and the queue is drained
+                }
+                continue;
+            }
+            None => tokio::select! {
+                item = queues.fresh.recv() => match item {
+                    Some(item) => item,
+                    None => {
+                        queues.fresh_open = false;
+                        continue;
+                    }
+                },
+                Some(part) = queues.parts.recv() => {
+                    queues.waiting.push(part);
+                    continue;
+                }
+            },
         };
+        if !queues.waiting.is_empty() {
+            passed_over += 1;
+        }
         let mut batch = Vec::with_capacity(policy.max_batch_size);
         batch.push(first);
-        gather(&mut receiver, &mut batch, &policy).await;
+        gather(&mut queues.fresh, &mut batch, &policy).await;
 
         // Nobody waits for these any more: no plugin call for them.
         let now = Instant::now();
@@ -185,10 +288,49 @@ async fn run_queue(
                 deadline: queued.deadline.into_std(),
             })
             .collect();
-        if jobs.send(Job { items, instance }).is_err() {
+        let job = Job {
+            items,
+            start: StageKind::Preprocess,
+            rerun: false,
+            instance,
+        };
+        if jobs.send(job).is_err() {
             return; // the instances are gone: the model is being torn down
         }
     }
+}
+
+/// Sends a handed-back part to the instances, without the items nobody waits for any
+/// more (answered 504 here); false once the instances are gone.
+fn dispatch_part(
+    part: HandedBack,
+    instance: OwnedSemaphorePermit,
+    jobs: &crossbeam_channel::Sender<Job>,
+    stats: &ModelStats,
+) -> bool {
+    let now = std::time::Instant::now();
+    let (items, gone): (Vec<JobItem>, Vec<JobItem>) = part
+        .items
+        .into_iter()
+        .partition(|item| !item.reply.is_closed() && now < item.deadline);
+    if !gone.is_empty() {
+        stats.items_abandoned.fetch_add(gone.len() as u64, Ordering::Relaxed);
+        for item in gone {
+            let _ = item.reply.send(Err(ItemError::deadline(
+                "not re-run: the request's deadline passed while the item waited to be re-run",
+            )));
+        }
+    }
+    if items.is_empty() {
+        return true;
+    }
+    let job = Job {
+        items,
+        start: part.stage,
+        rerun: true,
+        instance,
+    };
+    jobs.send(job).is_ok()
 }
 
 /// Adds queued items to `batch` until it is full or the first item's wait is over.
@@ -244,6 +386,7 @@ mod tests {
         handle: BatcherHandle,
         jobs: crossbeam_channel::Receiver<Job>,
         stats: Arc<ModelStats>,
+        link: BatcherLink,
     }
 
     /// A batcher with `instances` idle instances and the given policy.
@@ -255,14 +398,19 @@ mod tests {
             max_queue_delay,
             max_queue_size,
         };
-        let handle = BatcherHandle::spawn(
+        let (handle, link) = BatcherHandle::spawn(
             "m".into(),
             policy,
-            Arc::new(Semaphore::new(instances)),
+            (Arc::new(Semaphore::new(instances)), instances as u32),
             jobs_tx,
             stats.clone(),
         );
-        Harness { handle, jobs, stats }
+        Harness {
+            handle,
+            jobs,
+            stats,
+            link,
+        }
     }
 
     fn item(marker: u8) -> Item {
@@ -392,5 +540,62 @@ mod tests {
         assert_eq!(markers(&job), vec![1, 2]);
         // Dispatched items leave the queue: their places are free again.
         assert!(h.handle.submit(vec![item(8), item(9)], far()).is_ok());
+    }
+
+    /// A part handed back by an instance: one item `marker` of request `request`.
+    fn part(marker: u8, request: u64) -> (HandedBack, oneshot::Receiver<ItemOutcome>) {
+        let (reply, receiver) = oneshot::channel();
+        let item = JobItem {
+            item: item(marker),
+            reply,
+            request,
+            deadline: std::time::Instant::now() + Duration::from_secs(3600),
+        };
+        let part = HandedBack {
+            stage: StageKind::Predict,
+            items: vec![item],
+        };
+        (part, receiver)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn handed_back_parts_and_fresh_items_take_turns() {
+        let h = batcher(1, 1, Duration::ZERO, 64);
+        let _first = h.handle.submit(vec![item(0)], far()).unwrap();
+        let busy = next_job(&h.jobs, Duration::from_secs(1)).await.expect("first batch");
+        // The busy batch failed and handed back three parts, two of request 7, one of 8;
+        // meanwhile two fresh requests came.
+        let mut replies = Vec::new();
+        for (marker, request) in [(100, 7), (101, 7), (102, 8)] {
+            let (part, reply) = part(marker, request);
+            replies.push(reply);
+            assert!(h.link.handed_back.send(part).is_ok());
+        }
+        let _fresh: Vec<_> = [1, 2].map(|m| h.handle.submit(vec![item(m)], far()).unwrap()).into();
+        drop(busy);
+        let mut order = Vec::new();
+        for _ in 0..5 {
+            let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a job");
+            order.push((markers(&job)[0], job.rerun));
+        }
+        assert_eq!(
+            order,
+            vec![(1, false), (102, true), (2, false), (100, true), (101, true)],
+            "fresh first, then a part, in turns; the request with fewer parts first"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_part_whose_deadline_passed_is_answered_not_run() {
+        let h = batcher(1, 1, Duration::ZERO, 64);
+        let (mut late, reply) = part(9, 1);
+        late.items[0].deadline = std::time::Instant::now();
+        assert!(h.link.handed_back.send(late).is_ok());
+        let _fresh = h.handle.submit(vec![item(1)], far()).unwrap();
+        let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a job");
+        assert_eq!(markers(&job), vec![1], "fresh items first");
+        drop(job);
+        assert_eq!(reply.await.unwrap().unwrap_err().status, 504);
+        assert_eq!(h.stats.items_abandoned.load(Ordering::Relaxed), 1);
     }
 }

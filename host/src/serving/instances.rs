@@ -2,6 +2,9 @@
 //!
 //! Plugins run on these dedicated threads, never on the async runtime: wasmtime's sync
 //! WASI calls block, and a long plugin call must not stall the HTTP edge.
+//!
+//! Parts of a job to re-run after a failed call (see `pipeline::bisect`) go back to the
+//! batcher, which runs them later as jobs of their own, between fresh batches.
 
 use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
@@ -13,7 +16,8 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use super::stats::ModelStats;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
-use crate::pipeline::{Audience, PipelineInstance};
+use crate::model::StageKind;
+use crate::pipeline::{Audience, PipelineInstance, Run};
 
 /// An item handed to an instance, with what the pipeline needs to know of its client.
 pub struct JobItem {
@@ -26,8 +30,25 @@ pub struct JobItem {
 /// A batch for one instance.
 pub struct Job {
     pub items: Vec<JobItem>,
+    /// The stage its items are in: the first for fresh items, a later one for a part
+    /// handed back (whose items are re-run as one call).
+    pub start: StageKind,
+    /// Whether its items were handed back by an earlier job (counted when that one ran).
+    pub rerun: bool,
     /// Returned (dropped) when the instance is done, which lets the batcher dispatch again.
     pub instance: OwnedSemaphorePermit,
+}
+
+/// A part of a job handed back to the batcher, to run later as a job of its own.
+pub struct HandedBack {
+    pub stage: StageKind,
+    pub items: Vec<JobItem>,
+}
+
+/// What the instance threads share with their model's batcher: where handed-back parts go.
+#[derive(Clone)]
+pub struct BatcherLink {
+    pub handed_back: tokio::sync::mpsc::UnboundedSender<HandedBack>,
 }
 
 /// Resolves once every instance thread of a model has exited, and joins them.
@@ -63,16 +84,17 @@ pub fn spawn_workers(
     model: &str,
     instances: Vec<PipelineInstance>,
     jobs: crossbeam_channel::Receiver<Job>,
+    link: BatcherLink,
     stats: Arc<ModelStats>,
 ) -> std::io::Result<Completion> {
     let (done, closed) = tokio::sync::mpsc::channel::<()>(1);
     let mut threads = Vec::with_capacity(instances.len());
     for (n, instance) in instances.into_iter().enumerate() {
-        let (jobs, stats, done) = (jobs.clone(), stats.clone(), done.clone());
+        let (jobs, link, stats, done) = (jobs.clone(), link.clone(), stats.clone(), done.clone());
         let thread = std::thread::Builder::new()
             .name(format!("{model}#{n}"))
             .spawn(move || {
-                work(instance, jobs, stats);
+                work(instance, jobs, &link, stats);
                 drop(done);
             })?;
         threads.push(thread);
@@ -83,16 +105,27 @@ pub fn spawn_workers(
     })
 }
 
-fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, stats: Arc<ModelStats>) {
+fn work(
+    mut pipeline: PipelineInstance,
+    jobs: crossbeam_channel::Receiver<Job>,
+    link: &BatcherLink,
+    stats: Arc<ModelStats>,
+) {
     stats.instances_live.fetch_add(1, Ordering::Relaxed);
     let mut whole = true;
-    while let Ok(Job { items, instance }) = jobs.recv() {
+    while let Ok(Job {
+        items,
+        start,
+        rerun,
+        instance,
+    }) = jobs.recv()
+    {
         let mut replies = Vec::with_capacity(items.len());
         let mut clients = Vec::with_capacity(items.len());
         let items: Vec<Item> = items
             .into_iter()
             .map(|job_item| {
-                replies.push(job_item.reply);
+                replies.push(Some(job_item.reply));
                 clients.push((job_item.request, job_item.deadline));
                 job_item.item
             })
@@ -107,8 +140,8 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
             clients: &clients,
             dropped: RefCell::new(vec![false; count]),
         };
-        let outcomes = match std::panic::catch_unwind(AssertUnwindSafe(|| pipeline.run(items, &audience))) {
-            Ok(outcomes) => outcomes,
+        let run = match std::panic::catch_unwind(AssertUnwindSafe(|| pipeline.run_from(start, items, &audience))) {
+            Ok(run) => run,
             Err(panic) => {
                 let message = panic_text(panic.as_ref());
                 tracing::error!("pipeline panicked: {message}");
@@ -117,15 +150,19 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
                     Ok(fresh) => pipeline = fresh,
                     Err(e) => tracing::error!("cannot rebuild the pipeline instance: {e}"),
                 }
-                vec![
-                    Err(ItemError::trap(format!(
-                        "internal error while running the pipeline: {message}"
-                    )));
-                    count
-                ]
+                let error = ItemError::trap(format!("internal error while running the pipeline: {message}"));
+                Run {
+                    outcomes: vec![Some(Err(error)); count],
+                    handed_back: Vec::new(),
+                }
             }
         };
-        stats.record_batch(count, started.elapsed(), pipeline.stage_times());
+        if rerun {
+            // Its items were counted when their batch ran.
+            stats.record_rerun(started.elapsed(), pipeline.stage_times());
+        } else {
+            stats.record_batch(count, started.elapsed(), pipeline.stage_times());
+        }
         let dropped = audience.dropped.borrow().iter().filter(|d| **d).count();
         stats.items_abandoned.fetch_add(dropped as u64, Ordering::Relaxed);
         // A trapped instance is replaced at once: one replacement per trap.
@@ -140,7 +177,38 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
                 stats.instances_live.fetch_sub(1, Ordering::Relaxed);
             }
         }
-        for (reply, outcome) in replies.into_iter().zip(outcomes) {
+        for resume in run.handed_back {
+            let items = resume
+                .items
+                .into_iter()
+                .filter_map(|(index, item)| {
+                    let reply = replies.get_mut(index)?.take()?;
+                    let (request, deadline) = clients[index];
+                    Some(JobItem {
+                        item,
+                        reply,
+                        request,
+                        deadline,
+                    })
+                })
+                .collect();
+            let part = HandedBack {
+                stage: resume.stage,
+                items,
+            };
+            if let Err(lost) = link.handed_back.send(part) {
+                // The batcher is gone (the model is being torn down): answer them now.
+                for item in lost.0.items {
+                    let _ = item.reply.send(Err(ItemError::unavailable(
+                        "the model was unloaded before the item ran",
+                    )));
+                }
+            }
+        }
+        for (reply, outcome) in replies.into_iter().zip(run.outcomes) {
+            let (Some(reply), Some(outcome)) = (reply, outcome) else {
+                continue;
+            };
             let counter = if outcome.is_ok() {
                 &stats.items_ok
             } else {
@@ -160,14 +228,17 @@ fn work(mut pipeline: PipelineInstance, jobs: crossbeam_channel::Receiver<Job>, 
 /// A job's items as the pipeline sees their clients: wanted while the reply channel is
 /// open and the request's deadline is ahead; each item found unwanted is counted once.
 struct JobAudience<'a> {
-    replies: &'a [oneshot::Sender<ItemOutcome>],
+    replies: &'a [Option<oneshot::Sender<ItemOutcome>>],
     clients: &'a [(u64, std::time::Instant)],
     dropped: RefCell<Vec<bool>>,
 }
 
 impl Audience for JobAudience<'_> {
     fn wanted(&self, index: usize) -> bool {
-        let waiting = self.replies.get(index).is_some_and(|reply| !reply.is_closed());
+        let waiting = self
+            .replies
+            .get(index)
+            .is_some_and(|reply| reply.as_ref().is_some_and(|reply| !reply.is_closed()));
         let in_time = self
             .clients
             .get(index)
@@ -183,6 +254,10 @@ impl Audience for JobAudience<'_> {
 
     fn request(&self, index: usize) -> u64 {
         self.clients.get(index).map_or(u64::MAX, |(request, _)| *request)
+    }
+
+    fn takes_reruns(&self) -> bool {
+        true
     }
 }
 

@@ -34,6 +34,7 @@ pub fn register(registry: &mut Registry, repository: &Arc<Repository>) {
     registry.register_collector(Box::new(ModelsCollector {
         repository: repository.clone(),
     }));
+    registry.register_collector(Box::new(super::files_metrics::SpecialFilesCollector));
 }
 
 struct ModelsCollector {

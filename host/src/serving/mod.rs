@@ -3,6 +3,7 @@
 //! request's tensors and its items.
 
 mod batcher;
+mod files_metrics;
 mod histogram;
 mod instances;
 pub mod items;

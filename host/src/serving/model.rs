@@ -47,14 +47,19 @@ impl Model {
         } = loaded;
         let stats = Arc::new(ModelStats::new(histograms));
         let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
-        let completion = spawn_workers(&config.name, instances, jobs_rx, stats.clone()).map_err(LoadError::Threads)?;
         let policy = BatchPolicy {
             max_batch_size: config.batching.max_batch_size,
             max_queue_delay: config.batching.max_queue_delay,
             max_queue_size: config.batching.max_queue_size,
         };
-        let idle = Arc::new(Semaphore::new(config.limits.instances));
-        let batcher = BatcherHandle::spawn(config.name.as_str().into(), policy, idle, jobs_tx, stats.clone());
+        let count = instances.len();
+        let idle = (
+            Arc::new(Semaphore::new(count)),
+            u32::try_from(count).unwrap_or(u32::MAX),
+        );
+        let (batcher, link) = BatcherHandle::spawn(config.name.as_str().into(), policy, idle, jobs_tx, stats.clone());
+        let completion =
+            spawn_workers(&config.name, instances, jobs_rx, link, stats.clone()).map_err(LoadError::Threads)?;
         Ok(Self {
             config,
             stats,

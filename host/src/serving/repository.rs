@@ -110,6 +110,13 @@ fn fingerprint(dir: &Path) -> Option<Fingerprint> {
     Some(files)
 }
 
+/// Whether `dir` has a `model.toml` of any type: one that is not a regular file (a FIFO, a
+/// device) makes a model whose load fails with that reason, rather than a folder the
+/// repository silently skips.
+fn holds_model_file(dir: &Path) -> bool {
+    dir.join(MODEL_FILE).exists()
+}
+
 /// Why a repository operation was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum RepositoryError {
@@ -212,7 +219,7 @@ impl Repository {
         for entry in std::fs::read_dir(&self.root)? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if is_valid_model_name(&name) && entry.path().join(MODEL_FILE).is_file() {
+            if is_valid_model_name(&name) && holds_model_file(&entry.path()) {
                 names.push(name);
             }
         }
@@ -225,7 +232,7 @@ impl Repository {
             return Err(RepositoryError::InvalidName(name.to_string()));
         }
         let dir = self.root.join(name);
-        if !dir.join(MODEL_FILE).is_file() {
+        if !holds_model_file(&dir) {
             return Err(RepositoryError::NoSuchFolder(name.to_string()));
         }
         Ok(dir)
@@ -344,7 +351,7 @@ impl Repository {
         let dir = self.root.join(name);
         // Waits for a load under way, so that its fingerprint is there to compare with.
         let _this_model = self.lock_model(name).await;
-        if dir.join(MODEL_FILE).is_file() {
+        if holds_model_file(&dir) {
             let unchanged = self
                 .entries
                 .load()

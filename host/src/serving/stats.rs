@@ -253,6 +253,17 @@ impl ModelStats {
         }
     }
 
+    /// A part handed back by an earlier batch ran again (its items and its batch were
+    /// counted then): its time only.
+    pub fn record_rerun(&self, elapsed: Duration, stages: &[(StageKind, Duration)]) {
+        self.compute_ns.fetch_add(nanos(elapsed), Ordering::Relaxed);
+        if let Some(h) = &self.histograms {
+            for (kind, took) in stages {
+                h.stage[stage_index(*kind)].observe_duration(*took);
+            }
+        }
+    }
+
     /// A request to this model was answered, `elapsed` after it arrived.
     pub fn record_request(&self, protocol: Protocol, answered: Answered, elapsed: Duration) {
         let counter = match answered {

@@ -1,7 +1,6 @@
 //! The ONNX backend: graphs parsed, optimised and planned by `tract-onnx` once, at load;
 //! inputs checked against the graph's declared inputs before each compute.
 
-use std::io::Read;
 use std::path::Path;
 
 use super::host::NnTensor as Tensor;
@@ -66,19 +65,8 @@ impl TractGraph {
     /// plans it. The error is the reason, for the model's load error.
     pub fn load(dir: &Path, file: &Path) -> Result<Self, String> {
         let resolved = graph_path_inside(dir, file)?;
-        let opened = std::fs::File::open(&resolved).map_err(|e| format!("cannot open: {e}"))?;
-        let size = opened.metadata().map_err(|e| format!("cannot read: {e}"))?.len();
-        if size > MAX_GRAPH_BYTES {
-            return Err(format!("{size} bytes; graphs may have at most {MAX_GRAPH_BYTES} bytes"));
-        }
-        let mut bytes = Vec::new();
-        opened
-            .take(MAX_GRAPH_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("cannot read: {e}"))?;
-        if bytes.len() as u64 > MAX_GRAPH_BYTES {
-            return Err(format!("more than {MAX_GRAPH_BYTES} bytes"));
-        }
+        let bytes = crate::model::files::read_regular(&resolved, MAX_GRAPH_BYTES, "the graph size cap of 256 MiB")
+            .map_err(|e| e.to_string())?;
         // tract's parser and optimiser on a hostile file: an error, whatever happens.
         let planned = std::panic::catch_unwind(|| Self::plan(&bytes));
         clear_upper_vector_state();

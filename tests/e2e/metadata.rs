@@ -1,0 +1,35 @@
+//! A version's metadata is what its first successful `init` declared: later inits (more
+//! instances, replacements after a trap) that declare something else change nothing.
+
+use serde_json::json;
+
+use crate::common;
+use common::{request, TestServer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_stays_what_the_first_init_declared() {
+    // Every init declares its own `nonce`; two instances make two inits at load.
+    let config = format!(
+        "{}\n[parameters]\nrandom_metadata = \"true\"\n",
+        common::faulty_config("max_batch_size = 1", "instances = 2")
+    );
+    let repository = common::faulty_repository(&config);
+    let server = TestServer::start(repository.path()).await;
+    let nonce = |metadata: &serde_json::Value| metadata["parameters"]["nonce"].as_str().map(str::to_owned);
+    let (status, metadata) = server.get("/v2/models/faulty").await;
+    assert_eq!(status, 200, "{metadata}");
+    let first = nonce(&metadata).expect("a nonce");
+    assert_eq!(metadata["parameters"]["purpose"], "fault injection");
+    // Each panic replaces an instance, whose init declares another nonce.
+    for _ in 0..3 {
+        let (status, body) = server
+            .post_json("/v2/models/faulty/infer", &request("x", "FP32", &[1, 1], json!([-1.0])))
+            .await;
+        assert_eq!(status, 500, "{body}");
+    }
+    let stats = common::stats(&server, "faulty").await;
+    assert!(stats["instance_replacements"].as_u64().unwrap_or(0) >= 3, "{stats}");
+    let (_, metadata) = server.get("/v2/models/faulty").await;
+    assert_eq!(nonce(&metadata), Some(first), "{metadata}");
+    server.stop().await;
+}
