@@ -25,7 +25,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::instances::{BatcherLink, HandedBack, Job, JobItem};
+use super::instances::{keep_wanted, BatcherLink, HandedBack, Job, JobItem};
 use super::stats::ModelStats;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
@@ -308,19 +308,11 @@ fn dispatch_part(
     jobs: &crossbeam_channel::Sender<Job>,
     stats: &ModelStats,
 ) -> bool {
-    let now = std::time::Instant::now();
-    let (items, gone): (Vec<JobItem>, Vec<JobItem>) = part
-        .items
-        .into_iter()
-        .partition(|item| !item.reply.is_closed() && now < item.deadline);
-    if !gone.is_empty() {
-        stats.items_abandoned.fetch_add(gone.len() as u64, Ordering::Relaxed);
-        for item in gone {
-            let _ = item.reply.send(Err(ItemError::deadline(
-                "not re-run: the request's deadline passed while the item waited to be re-run",
-            )));
-        }
-    }
+    let items = keep_wanted(
+        part.items,
+        stats,
+        "not re-run: the request's deadline passed while the item waited to be re-run",
+    );
     if items.is_empty() {
         return true;
     }

@@ -192,6 +192,11 @@ fn work(
                     })
                 })
                 .collect();
+            // Items nobody waits for any more are answered now, not queued for a re-run.
+            let items = keep_wanted(items, &stats, "not re-run: the request's deadline passed or its client left");
+            if items.is_empty() {
+                continue;
+            }
             let part = HandedBack {
                 stage: resume.stage,
                 items,
@@ -223,6 +228,22 @@ fn work(
     if whole {
         stats.instances_live.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// `items` without those whose client left or whose request's deadline passed: those are
+/// answered 504 with `why` (if anyone still listens) and counted as abandoned.
+pub fn keep_wanted(items: Vec<JobItem>, stats: &ModelStats, why: &'static str) -> Vec<JobItem> {
+    let now = std::time::Instant::now();
+    let (wanted, gone): (Vec<JobItem>, Vec<JobItem>) = items
+        .into_iter()
+        .partition(|item| !item.reply.is_closed() && now < item.deadline);
+    if !gone.is_empty() {
+        stats.items_abandoned.fetch_add(gone.len() as u64, Ordering::Relaxed);
+        for item in gone {
+            let _ = item.reply.send(Err(ItemError::deadline(why)));
+        }
+    }
+    wanted
 }
 
 /// A job's items as the pipeline sees their clients: wanted while the reply channel is
