@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod grpc;
 pub mod grpc_raw;
 pub mod metrics;
 pub mod process;

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use tensorplug::app::config::{ConnectionArgs, ServeConfig};
-use tensorplug::grpc::proto::model_infer_request::InferInputTensor;
-use tensorplug::grpc::proto::{InferTensorContents, ModelInferRequest};
+
 use tonic::Code;
 
+use crate::common::grpc::faulty_request;
 use crate::common::grpc_raw::{frame, RawAnswer, RawClient};
 use crate::common::{self, TestServer};
 
@@ -53,24 +53,6 @@ async fn faulty_server(config: ServeConfig) -> (TestServer, RawClient) {
     let server = TestServer::start_with_grpc(config).await;
     let client = RawClient::connect(server.grpc_address.expect("gRPC address")).await;
     (server, client)
-}
-
-/// A faulty request of these item values.
-fn faulty_request(values: &[f32]) -> ModelInferRequest {
-    ModelInferRequest {
-        model_name: "faulty".into(),
-        inputs: vec![InferInputTensor {
-            name: "x".into(),
-            datatype: "FP32".into(),
-            shape: vec![values.len() as i64, 1],
-            contents: Some(InferTensorContents {
-                fp32_contents: values.to_vec(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
 }
 
 /// The trailer, checked to be what any client can read: visible ASCII, JSON, with the

@@ -13,10 +13,10 @@ use tonic::transport::Channel;
 use tonic::Code;
 
 use crate::common;
+use crate::common::grpc::faulty_request;
 use tensorplug::app::config::{ConnectionArgs, ServeConfig};
 use tensorplug::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
-use tensorplug::grpc::proto::model_infer_request::InferInputTensor;
-use tensorplug::grpc::proto::{InferTensorContents, ModelInferRequest, ServerReadyRequest};
+use tensorplug::grpc::proto::ServerReadyRequest;
 
 /// The longest any single wait here may take.
 const BOUND: Duration = Duration::from_secs(10);
@@ -121,23 +121,6 @@ async fn closed_within(stream: &mut TcpStream, bound: Duration) -> Option<Durati
     tokio::time::timeout(bound, closed).await.ok()
 }
 
-fn faulty_request(x: f32) -> ModelInferRequest {
-    ModelInferRequest {
-        model_name: "faulty".into(),
-        inputs: vec![InferInputTensor {
-            name: "x".into(),
-            datatype: "FP32".into(),
-            shape: vec![1, 1],
-            contents: Some(InferTensorContents {
-                fp32_contents: vec![x],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_grpc_connection_is_closed_at_the_idle_timeout_and_busy_ones_are_not() {
     let _alone = crate::ONE_AT_A_TIME.lock().await;
@@ -158,7 +141,7 @@ async fn a_silent_grpc_connection_is_closed_at_the_idle_timeout_and_busy_ones_ar
     let mut client = server.client().await.expect("connect");
     let started = Instant::now();
     let status = client
-        .model_infer(faulty_request(-2.0))
+        .model_infer(faulty_request(&[-2.0]))
         .await
         .expect_err("a time limit");
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
@@ -166,7 +149,7 @@ async fn a_silent_grpc_connection_is_closed_at_the_idle_timeout_and_busy_ones_ar
     // Quiet for two idle timeouts, then used again on the same connection.
     tokio::time::sleep(IDLE * 2).await;
     let answer = client
-        .model_infer(faulty_request(1.0))
+        .model_infer(faulty_request(&[1.0]))
         .await
         .expect("the connection still serves");
     assert_eq!(answer.into_inner().raw_output_contents.len(), 1);

@@ -12,6 +12,7 @@ use tensorplug::grpc::proto::{InferTensorContents, ModelInferRequest};
 use tonic::Code;
 
 use crate::common;
+use crate::common::grpc::faulty_request;
 use common::grpc_raw::{frame, RawClient};
 use common::process::{free_port, ServerProcess};
 
@@ -385,20 +386,7 @@ async fn a_hostile_item_message_leaves_the_item_status_trailer() {
     let server = ServerProcess::spawn(repository.path(), &["--grpc-port", &free_port()]).await;
     let client = RawClient::connect(server.grpc_address()).await;
     for values in [vec![-50.0], vec![1.0, -50.0, -12.0]] {
-        let message = ModelInferRequest {
-            model_name: "faulty".into(),
-            inputs: vec![InferInputTensor {
-                name: "x".into(),
-                datatype: "FP32".into(),
-                shape: vec![values.len() as i64, 1],
-                contents: Some(InferTensorContents {
-                    fp32_contents: values.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
+        let message = faulty_request(&values);
         let answer = client
             .call(
                 "/inference.GRPCInferenceService/ModelInfer",

@@ -193,7 +193,11 @@ fn work(
                 })
                 .collect();
             // Items nobody waits for any more are answered now, not queued for a re-run.
-            let items = keep_wanted(items, &stats, "not re-run: the request's deadline passed or its client left");
+            let items = keep_wanted(
+                items,
+                &stats,
+                "not re-run: the request's deadline passed or its client left",
+            );
             if items.is_empty() {
                 continue;
             }
