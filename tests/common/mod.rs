@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod metrics;
+pub mod onnx;
 pub mod process;
 
 use std::net::SocketAddr;

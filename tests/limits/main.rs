@@ -8,6 +8,7 @@ mod common;
 mod connections;
 mod grpc_connections;
 mod hostile;
+mod nn;
 
 /// Each test here runs a server and pushes it to a limit; measured one at a time, its
 /// timings and memory peaks are the server's own, not its neighbours'.
