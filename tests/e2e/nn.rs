@@ -62,11 +62,13 @@ async fn digits_onnx_answers_batched_requests_like_digits() {
     let (_, digits_meta) = server.get("/v2/models/digits").await;
     assert_eq!(meta["inputs"], digits_meta["inputs"]);
     assert_eq!(meta["outputs"], digits_meta["outputs"]);
-    // The graph's host memory in the model's statistics: its file's bytes.
-    let graph_bytes = std::fs::metadata(examples().join("digits-onnx/digits.onnx"))
+    // The graph's host memory in the model's statistics: what its plan holds (the
+    // weights, packed for tract's kernels), of the order of its file's bytes.
+    let file_bytes = std::fs::metadata(examples().join("digits-onnx/digits.onnx"))
         .unwrap()
         .len();
-    assert_eq!(common::stats(&server, "digits-onnx").await["graph_bytes"], graph_bytes);
+    let graph_bytes = common::stats(&server, "digits-onnx").await["graph_bytes"].as_u64().unwrap();
+    assert!(graph_bytes > file_bytes / 2 && graph_bytes < 4 * file_bytes, "{graph_bytes} vs {file_bytes}");
     assert_eq!(common::stats(&server, "digits").await["graph_bytes"], 0);
     let metrics = common::metrics::scrape(&server).await;
     let labels = [("model", "digits-onnx"), ("version", "1")];
