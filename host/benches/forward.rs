@@ -76,8 +76,12 @@ fn forward_pass(c: &mut Criterion) {
         max_nodes: 10_000,
         value_bytes: 64 << 20,
     };
-    let graphs = ModelGraphs::load(&onnx_dir, &[("digits".into(), onnx_dir.join("digits.onnx"))], graph_limits)
-        .expect("digits.onnx");
+    let graphs = ModelGraphs::load(
+        &onnx_dir,
+        &[("digits".into(), onnx_dir.join("digits.onnx"))],
+        graph_limits,
+    )
+    .expect("digits.onnx");
     let graph = graphs.get("digits").expect("graph").clone();
     let onnx_tag = StageTag {
         model: "digits-onnx".into(),
@@ -128,7 +132,11 @@ fn forward_pass(c: &mut Criterion) {
                     data: bytes.clone(),
                 };
                 let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-                std::hint::black_box(graph.run(vec![("input-0".into(), input)], deadline, 64 << 20).expect("compute"))
+                std::hint::black_box(
+                    graph
+                        .run(vec![("input-0".into(), input)], deadline, 64 << 20)
+                        .expect("compute"),
+                )
             })
         });
         group.bench_with_input(BenchmarkId::new("wasm_nn", n), &n, |b, &n| {

@@ -6,9 +6,7 @@
 #![allow(dead_code)]
 
 use prost_tract::Message;
-use tract_onnx::pb::{
-    self, attribute_proto::AttributeType, tensor_proto::DataType, tensor_shape_proto, type_proto,
-};
+use tract_onnx::pb::{self, attribute_proto::AttributeType, tensor_proto::DataType, tensor_shape_proto, type_proto};
 
 /// A dimension of a graph input: fixed, or the symbol `N`.
 #[derive(Clone, Copy)]
@@ -73,7 +71,13 @@ pub fn floats(name: &str, dims: &[i64], fill: f32) -> pb::TensorProto {
     }
 }
 
-pub fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str], attribute: Vec<pb::AttributeProto>) -> pb::NodeProto {
+pub fn node(
+    op: &str,
+    name: &str,
+    inputs: &[&str],
+    outputs: &[&str],
+    attribute: Vec<pb::AttributeProto>,
+) -> pb::NodeProto {
     pb::NodeProto {
         op_type: op.into(),
         name: name.into(),
@@ -172,7 +176,11 @@ pub fn range(limit: i64) -> Vec<u8> {
             ),
             node("Add", "add", &["x", "rf"], &["y"], vec![]),
         ],
-        vec![scalar_int("start", 0), scalar_int("limit", limit), scalar_int("delta", 1)],
+        vec![
+            scalar_int("start", 0),
+            scalar_int("limit", limit),
+            scalar_int("delta", 1),
+        ],
         vec![value("x", &[Dim::Fixed(1)])],
         vec![value("y", &[])],
     )
@@ -196,12 +204,19 @@ pub fn hollow_initializer(dims: &[i64]) -> Vec<u8> {
 
 /// `nodes` chained `Relu`s from `x` [N, 4] to `y`.
 pub fn chain(nodes: usize) -> Vec<u8> {
-    let names: Vec<String> = (0..=nodes).map(|i| if i == 0 { "x".into() } else { format!("v{i}") }).collect();
+    let names: Vec<String> = (0..=nodes)
+        .map(|i| if i == 0 { "x".into() } else { format!("v{i}") })
+        .collect();
     let mut graph: Vec<pb::NodeProto> = (0..nodes)
         .map(|i| node("Relu", &format!("relu{i}"), &[&names[i]], &[&names[i + 1]], vec![]))
         .collect();
     graph.push(node("Identity", "out", &[&names[nodes]], &["y"], vec![]));
-    model(graph, vec![], vec![value("x", &[Dim::N, Dim::Fixed(4)])], vec![value("y", &[])])
+    model(
+        graph,
+        vec![],
+        vec![value("x", &[Dim::N, Dim::Fixed(4)])],
+        vec![value("y", &[])],
+    )
 }
 
 /// `count` chained MatMuls by a `size` x `size` FP32 weight (all 1/size, so values stay
@@ -211,7 +226,11 @@ pub fn matmul_chain(count: usize, size: i64, rows: Option<i64>) -> Vec<u8> {
     let mut nodes = Vec::new();
     let mut last = "x".to_string();
     for i in 0..count {
-        let out = if i + 1 == count { "y".to_string() } else { format!("m{i}") };
+        let out = if i + 1 == count {
+            "y".to_string()
+        } else {
+            format!("m{i}")
+        };
         nodes.push(node("MatMul", &format!("matmul{i}"), &[&last, "w"], &[&out], vec![]));
         last = out;
     }

@@ -67,8 +67,13 @@ async fn digits_onnx_answers_batched_requests_like_digits() {
     let file_bytes = std::fs::metadata(examples().join("digits-onnx/digits.onnx"))
         .unwrap()
         .len();
-    let graph_bytes = common::stats(&server, "digits-onnx").await["graph_bytes"].as_u64().unwrap();
-    assert!(graph_bytes > file_bytes / 2 && graph_bytes < 4 * file_bytes, "{graph_bytes} vs {file_bytes}");
+    let graph_bytes = common::stats(&server, "digits-onnx").await["graph_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        graph_bytes > file_bytes / 2 && graph_bytes < 4 * file_bytes,
+        "{graph_bytes} vs {file_bytes}"
+    );
     assert_eq!(common::stats(&server, "digits").await["graph_bytes"], 0);
     let metrics = common::metrics::scrape(&server).await;
     let labels = [("model", "digits-onnx"), ("version", "1")];
@@ -345,13 +350,26 @@ async fn a_heavy_compute_is_stopped_at_its_deadline_and_its_neighbours_answered(
     let (status, body) = faulty_batch(&server, &[-40.0]).await;
     let took = started.elapsed();
     assert_eq!(status, 504, "{body}");
-    assert!(body["error"].as_str().unwrap_or_default().contains("time limit of 300 ms"), "{body}");
-    assert!(took < std::time::Duration::from_millis(300 + 250), "answered after {took:?}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("time limit of 300 ms"),
+        "{body}"
+    );
+    assert!(
+        took < std::time::Duration::from_millis(300 + 250),
+        "answered after {took:?}"
+    );
     // Beside others: they are answered; the instance is replaced and serves again.
     let (status, body) = faulty_batch(&server, &[1.0, -40.0, 3.0]).await;
     assert_eq!(status, 207, "{body}");
     let results = body["results"].as_array().unwrap();
-    assert_eq!((results[0]["status"].as_u64(), results[2]["status"].as_u64()), (Some(200), Some(200)), "{body}");
+    assert_eq!(
+        (results[0]["status"].as_u64(), results[2]["status"].as_u64()),
+        (Some(200), Some(200)),
+        "{body}"
+    );
     assert_eq!(results[1]["status"], 504, "{body}");
     let (status, body) = faulty_batch(&server, &[5.0]).await;
     assert_eq!(status, 200, "{body}");
@@ -392,7 +410,10 @@ async fn an_output_larger_than_the_instance_is_the_items_error() {
     assert_eq!(body["results"][0]["status"], 200, "{body}");
     assert_eq!(body["results"][1]["status"], 422, "{body}");
     let error = body["results"][1]["error"].as_str().unwrap_or_default();
-    assert!(error.contains("268435456 bytes") && error.contains("limits.memory_mib"), "{error}");
+    assert!(
+        error.contains("268435456 bytes") && error.contains("limits.memory_mib"),
+        "{error}"
+    );
     assert_eq!(common::stats(&server, "faulty").await["traps"], 0);
     server.stop().await;
 }
@@ -405,10 +426,18 @@ async fn graph_bombs_and_long_graphs_fail_their_load_naming_the_limit() {
     digits_onnx_copy(root, "good", "digits = \"digits.onnx\"");
     let huge = [1 << 20, 1 << 20];
     let bombs = [
-        ("constant-of-shape", common::onnx::constant_of_shape(&huge), "limits.graph_memory_mib"),
+        (
+            "constant-of-shape",
+            common::onnx::constant_of_shape(&huge),
+            "limits.graph_memory_mib",
+        ),
         ("expand", common::onnx::expand(&huge), "limits.graph_memory_mib"),
         ("range", common::onnx::range(1 << 40), "limits.graph_memory_mib"),
-        ("constant-512mib", common::onnx::constant_of_shape(&[128 << 20]), "limits.graph_memory_mib"),
+        (
+            "constant-512mib",
+            common::onnx::constant_of_shape(&[128 << 20]),
+            "limits.graph_memory_mib",
+        ),
         ("chain", common::onnx::chain(20_000), "limits.graph_max_nodes"),
     ];
     for (name, bytes, _) in &bombs {
@@ -417,17 +446,27 @@ async fn graph_bombs_and_long_graphs_fail_their_load_naming_the_limit() {
     }
     let started = std::time::Instant::now();
     let server = TestServer::start(root).await;
-    assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
     let index = common::index(&server).await;
     for (name, _, limit) in &bombs {
         let entry = index.as_array().unwrap().iter().find(|e| e["name"] == *name).unwrap();
         assert_eq!(entry["state"], "UNAVAILABLE", "{entry}");
         let reason = entry["reason"].as_str().unwrap_or_default();
-        assert!(reason.contains(limit) && reason.contains("bomb.onnx"), "{name}: {reason}");
+        assert!(
+            reason.contains(limit) && reason.contains("bomb.onnx"),
+            "{name}: {reason}"
+        );
     }
     let pixels = cases()[0].pixels.clone();
     let (status, body) = server
-        .post_json("/v2/models/good/infer", &request("input-0", "FP32", &[1, 64], json!(pixels)))
+        .post_json(
+            "/v2/models/good/infer",
+            &request("input-0", "FP32", &[1, 64], json!(pixels)),
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     let metrics = common::metrics::scrape(&server).await.text;
@@ -452,7 +491,10 @@ async fn graph_bytes_is_what_the_graph_holds() {
     let bytes = common::stats(&server, "faulty").await["graph_bytes"].as_u64().unwrap();
     assert!((64 << 20..72 << 20).contains(&bytes), "{bytes}");
     let metrics = common::metrics::scrape(&server).await.text;
-    let line = metrics.lines().find(|l| l.starts_with("tensorplug_graph_bytes{")).unwrap_or_else(|| panic!("{metrics}"));
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("tensorplug_graph_bytes{"))
+        .unwrap_or_else(|| panic!("{metrics}"));
     assert!(line.ends_with(&format!(" {bytes}")), "{line}");
     server.stop().await;
 }

@@ -171,7 +171,9 @@ fn nn_graph_fault(v: f32) -> Option<ItemError> {
     let x = Tensor::from_f32("x", &[rows, columns], &ones);
     let computed = nn::Graph::by_name(graph).and_then(|graph| graph.compute(&[x]));
     match computed {
-        Ok(outputs) => black_box(outputs).is_empty().then(|| ItemError::new(422, "faulty: no outputs")),
+        Ok(outputs) => black_box(outputs)
+            .is_empty()
+            .then(|| ItemError::new(422, "faulty: no outputs")),
         Err(error) => Some(ItemError::new(422, format!("faulty: {error}"))),
     }
 }

@@ -594,7 +594,11 @@ mode = "fast"
         assert_eq!(c.limits.graph_memory_bytes, 256 << 20);
         assert_eq!(c.limits.graph_max_nodes, 10_000);
         let with = |limits: &str| format!("{DIGITS}\n[limits]\n{limits}\n");
-        let c = ModelConfig::parse(Path::new("/m/digits"), &with("graph_memory_mib = 8\ngraph_max_nodes = 50")).unwrap();
+        let c = ModelConfig::parse(
+            Path::new("/m/digits"),
+            &with("graph_memory_mib = 8\ngraph_max_nodes = 50"),
+        )
+        .unwrap();
         assert_eq!((c.limits.graph_memory_bytes, c.limits.graph_max_nodes), (8 << 20, 50));
         for (bad, key) in [
             ("graph_memory_mib = 0", "limits.graph_memory_mib"),

@@ -83,18 +83,21 @@ fn memory_refused(what: String, bytes: u64, budget: u64) -> Refused {
 /// count 8 (their data is in the file anyway).
 fn onnx_element_bytes(data_type: i32) -> u64 {
     match data_type {
-        2 | 3 | 9 => 1,     // UINT8, INT8, BOOL
+        2 | 3 | 9 => 1,       // UINT8, INT8, BOOL
         4 | 5 | 10 | 16 => 2, // UINT16, INT16, FLOAT16, BFLOAT16
-        1 | 6 | 12 => 4,    // FLOAT, INT32, UINT32
-        _ => 8,             // INT64, DOUBLE, UINT64, complex, string
+        1 | 6 | 12 => 4,      // FLOAT, INT32, UINT32
+        _ => 8,               // INT64, DOUBLE, UINT64, complex, string
     }
 }
 
 /// A tensor's declared size in bytes, `None` when its dimensions are negative or overflow.
 fn declared_bytes(tensor: &pb::TensorProto) -> Option<u64> {
-    tensor.dims.iter().try_fold(onnx_element_bytes(tensor.data_type), |total, &d| {
-        total.checked_mul(u64::try_from(d).ok()?)
-    })
+    tensor
+        .dims
+        .iter()
+        .try_fold(onnx_element_bytes(tensor.data_type), |total, &d| {
+            total.checked_mul(u64::try_from(d).ok()?)
+        })
 }
 
 /// Checks the protobuf: at most `limits.max_nodes` nodes, no subgraphs, and tensors
@@ -120,7 +123,11 @@ pub fn check_proto(model: &pb::ModelProto, limits: &GraphLimits, budget: u64) ->
         let bytes = declared_bytes(tensor).unwrap_or(u64::MAX);
         total = total.saturating_add(bytes);
         if total > budget {
-            return Err(memory_refused(format!("{what} '{}'", clip(&tensor.name)), total, budget));
+            return Err(memory_refused(
+                format!("{what} '{}'", clip(&tensor.name)),
+                total,
+                budget,
+            ));
         }
         Ok(())
     };
@@ -309,9 +316,9 @@ impl InferenceOp for Guarded {
         // `InferenceOp::infer`); its outputs' shapes are inferred first, so their size is
         // known before anything is allocated.
         let (inferred_inputs, inferred_outputs, _) =
-            self.inner.infer_facts(inputs.clone(), outputs.clone(), observed.clone())?;
-        let folds =
-            self.inner.as_op().is_stateless() && inferred_inputs.iter().all(|fact| fact.value.is_concrete());
+            self.inner
+                .infer_facts(inputs.clone(), outputs.clone(), observed.clone())?;
+        let folds = self.inner.as_op().is_stateless() && inferred_inputs.iter().all(|fact| fact.value.is_concrete());
         if folds {
             let known: Option<u64> = inferred_outputs
                 .iter()
@@ -407,9 +414,11 @@ pub fn guard_folding(model: &mut InferenceModel, base: u64, budget: u64) {
 
 /// Bytes of a typed fact, `None` when its shape is symbolic.
 fn typed_fact_bytes(fact: &TypedFact) -> Option<u64> {
-    fact.shape.iter().try_fold(fact.datum_type.size_of() as u64, |total, d| {
-        total.checked_mul(u64::try_from(d.to_i64().ok()?).ok()?)
-    })
+    fact.shape
+        .iter()
+        .try_fold(fact.datum_type.size_of() as u64, |total, d| {
+            total.checked_mul(u64::try_from(d.to_i64().ok()?).ok()?)
+        })
 }
 
 /// What `model`'s constants hold, in bytes (packed weights included).

@@ -45,7 +45,10 @@ pub fn graph_refused(refusal: Refusal) {
 /// two nodes, or done past it).
 pub fn compute_past_deadline(overrun: std::time::Duration) {
     STOPPED_DEADLINE.fetch_add(1, Ordering::Relaxed);
-    OVERRUN_MICROS.fetch_add(u64::try_from(overrun.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    OVERRUN_MICROS.fetch_add(
+        u64::try_from(overrun.as_micros()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
 }
 
 /// Counts a compute stopped before a value too large for the instance.

@@ -11,8 +11,8 @@ use super::host::NnTensor as Tensor;
 use crate::model::config::graph_path_inside;
 use crate::runtime::bindings::nn::tensor::TensorType;
 use tract_onnx::prelude::{
-    DatumType, Framework, InferenceModelExt, SimpleState, TDim, TValue, Tensor as TractTensor, TypedFact,
-    TypedModel, TypedRunnableModel,
+    DatumType, Framework, InferenceModelExt, SimpleState, TDim, TValue, Tensor as TractTensor, TypedFact, TypedModel,
+    TypedRunnableModel,
 };
 
 /// Largest graph file read; larger files fail the model's load unread.
@@ -153,7 +153,12 @@ impl TractGraph {
         }
         let guards = budget::value_guards(&model, limits.value_bytes, MAX_DYNAMIC_DIM as i64)?;
         let mut inputs = Vec::new();
-        for (i, outlet) in model.input_outlets().map_err(|e| failed(format!("{e:#}")))?.iter().enumerate() {
+        for (i, outlet) in model
+            .input_outlets()
+            .map_err(|e| failed(format!("{e:#}")))?
+            .iter()
+            .enumerate()
+        {
             let fact: &TypedFact = model.input_fact(i).map_err(|e| failed(format!("{e:#}")))?;
             let dims = fact
                 .shape
@@ -212,7 +217,12 @@ impl TractGraph {
     /// graph has one input), after checking each against its declaration. The compute
     /// stops between two nodes once `deadline` has passed, and before a node whose
     /// outputs would hold more than `value_bytes` (the instance's memory cap).
-    pub fn run(&self, inputs: Vec<NamedTensor>, deadline: Instant, value_bytes: u64) -> Result<Vec<NamedTensor>, RunError> {
+    pub fn run(
+        &self,
+        inputs: Vec<NamedTensor>,
+        deadline: Instant,
+        value_bytes: u64,
+    ) -> Result<Vec<NamedTensor>, RunError> {
         if inputs.len() != self.inputs.len() {
             return Err(RunError::Invalid(format!(
                 "invalid input: the graph takes {} input(s) ({}), got {}",
@@ -249,12 +259,10 @@ impl TractGraph {
         clear_upper_vector_state();
         let outputs = outputs
             .map_err(|_| RunError::Failed("the graph failed: tract panicked".to_string()))?
-            .map_err(|e| {
-                match e.chain().find_map(|cause| cause.downcast_ref::<Stopped>()) {
-                    Some(Stopped::Deadline) => RunError::Deadline,
-                    Some(Stopped::TooLarge(message)) => RunError::TooLarge(message.clone()),
-                    None => RunError::Failed(format!("the graph failed: {e:#}")),
-                }
+            .map_err(|e| match e.chain().find_map(|cause| cause.downcast_ref::<Stopped>()) {
+                Some(Stopped::Deadline) => RunError::Deadline,
+                Some(Stopped::TooLarge(message)) => RunError::TooLarge(message.clone()),
+                None => RunError::Failed(format!("the graph failed: {e:#}")),
             })?;
         // What the outputs hold together is copied into the instance's memory next.
         let total: u64 = outputs
@@ -290,7 +298,11 @@ impl TractGraph {
                 match bytes {
                     Ok(bytes) if bytes <= value_bytes => {}
                     Ok(bytes) => {
-                        return Err(anyhow::Error::new(Stopped::TooLarge(too_large(&node.name, bytes, value_bytes))))
+                        return Err(anyhow::Error::new(Stopped::TooLarge(too_large(
+                            &node.name,
+                            bytes,
+                            value_bytes,
+                        ))))
                     }
                     // Sizes only known once computed are checked just after.
                     Err(_) => {}
@@ -302,7 +314,11 @@ impl TractGraph {
                 .map(|v| (v.len() as u64).saturating_mul(v.datum_type().size_of() as u64))
                 .sum();
             if bytes > value_bytes {
-                return Err(anyhow::Error::new(Stopped::TooLarge(too_large(&node.name, bytes, value_bytes))));
+                return Err(anyhow::Error::new(Stopped::TooLarge(too_large(
+                    &node.name,
+                    bytes,
+                    value_bytes,
+                ))));
             }
             Ok(outputs)
         })
@@ -568,8 +584,14 @@ mod tests {
         assert_eq!(graph.describe_inputs(), "'input-0': FP32 [N, 64]");
         // The weights (64x32 and 32x10 FP32, packed) and biases: about the file's size.
         let file = std::fs::metadata(dir.join("digits.onnx")).unwrap().len();
-        assert!(graph.bytes() > file / 2 && graph.bytes() < 4 * file, "{} vs {file}", graph.bytes());
-        let outputs = graph.run(vec![("x".into(), fp32(&[3, 64], &[1.0; 192]))], later(), 64 * MIB).unwrap();
+        assert!(
+            graph.bytes() > file / 2 && graph.bytes() < 4 * file,
+            "{} vs {file}",
+            graph.bytes()
+        );
+        let outputs = graph
+            .run(vec![("x".into(), fp32(&[3, 64], &[1.0; 192]))], later(), 64 * MIB)
+            .unwrap();
         let names: Vec<&str> = outputs.iter().map(|(name, _)| name.as_str()).collect();
         assert_eq!(names, ["probabilities", "label"]);
         assert_eq!(outputs[0].1.dimensions, [3, 10]);
@@ -623,8 +645,16 @@ mod tests {
             let started = Instant::now();
             let error = refused(&bytes, limits());
             assert_eq!(error.limit, Refusal::Memory, "{what}: {}", error.reason);
-            assert!(error.reason.contains("limits.graph_memory_mib"), "{what}: {}", error.reason);
-            assert!(started.elapsed() < Duration::from_secs(5), "{what}: {:?}", started.elapsed());
+            assert!(
+                error.reason.contains("limits.graph_memory_mib"),
+                "{what}: {}",
+                error.reason
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{what}: {:?}",
+                started.elapsed()
+            );
         }
     }
 
@@ -643,7 +673,13 @@ mod tests {
         // Weights in the file count too.
         let weights = onnx::matmul_chain(1, 1024, None);
         assert!(load_bytes(&weights, limits()).unwrap().bytes() >= 4 * MIB);
-        let error = refused(&weights, GraphLimits { memory_bytes: 2 * MIB, ..limits() });
+        let error = refused(
+            &weights,
+            GraphLimits {
+                memory_bytes: 2 * MIB,
+                ..limits()
+            },
+        );
         assert!(error.reason.contains("limits.graph_memory_mib"), "{}", error.reason);
     }
 
@@ -653,10 +689,21 @@ mod tests {
         let started = Instant::now();
         let error = refused(&bytes, limits());
         assert_eq!(error.limit, Refusal::Nodes);
-        assert!(error.reason.contains("20001 nodes") && error.reason.contains("limits.graph_max_nodes"), "{}", error.reason);
+        assert!(
+            error.reason.contains("20001 nodes") && error.reason.contains("limits.graph_max_nodes"),
+            "{}",
+            error.reason
+        );
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
         let graph = load_bytes(&onnx::chain(100), limits()).unwrap();
-        let outputs = graph.run(vec![(String::new(), fp32(&[2, 4], &[-1.0, 2.0, -3.0, 4.0, 0.0, 1.0, 2.0, 3.0]))], later(), MIB);
+        let outputs = graph.run(
+            vec![(
+                String::new(),
+                fp32(&[2, 4], &[-1.0, 2.0, -3.0, 4.0, 0.0, 1.0, 2.0, 3.0]),
+            )],
+            later(),
+            MIB,
+        );
         assert_eq!(outputs.unwrap()[0].1.dimensions, [2, 4]);
     }
 
@@ -682,16 +729,28 @@ mod tests {
         // [N, 1] x [1, 65536]: 256 KiB per row, so 1024 rows would be 256 MiB.
         let graph = load_bytes(&onnx::widen(65_536), limits()).unwrap();
         let ones = |rows: u32| vec![(String::new(), fp32(&[rows, 1], &vec![1.0; rows as usize]))];
-        assert_eq!(graph.run(ones(4), later(), 64 * MIB).unwrap()[0].1.dimensions, [4, 65_536]);
+        assert_eq!(
+            graph.run(ones(4), later(), 64 * MIB).unwrap()[0].1.dimensions,
+            [4, 65_536]
+        );
         match graph.run(ones(1024), later(), 64 * MIB) {
             Err(RunError::TooLarge(message)) => {
-                assert!(message.contains("268435456 bytes") && message.contains("limits.memory_mib"), "{message}")
+                assert!(
+                    message.contains("268435456 bytes") && message.contains("limits.memory_mib"),
+                    "{message}"
+                )
             }
             other => panic!("{other:?}"),
         }
         // Fixed sizes larger than an instance: refused at load.
         let fixed = onnx::matmul_chain(1, 64, Some(1 << 20));
-        let error = refused(&fixed, GraphLimits { value_bytes: 64 * MIB, ..limits() });
+        let error = refused(
+            &fixed,
+            GraphLimits {
+                value_bytes: 64 * MIB,
+                ..limits()
+            },
+        );
         assert_eq!(error.limit, Refusal::ValueSize, "{}", error.reason);
     }
 }
