@@ -488,7 +488,7 @@ pub fn value_guards(model: &TypedModel, value_bytes: u64, max_symbol: i64) -> Re
         let mut bytes = TDim::Val(0);
         for output in &node.outputs {
             let size = output.fact.datum_type.size_of() as i64;
-            bytes = bytes + output.fact.shape.volume() * size;
+            bytes += output.fact.shape.volume() * size;
         }
         match bytes.to_i64() {
             Ok(fixed) if fixed as u64 > value_bytes => {
