@@ -52,6 +52,16 @@ fn bombs() -> Vec<(&'static str, Vec<u8>, &'static str)> {
     ]
 }
 
+/// With `TENSORPLUG_KEEP_NN_BOMBS=dir`, a copy of `repository` as `dir/name`, for
+/// before/after figures against another binary.
+fn keep(repository: &Path, name: &str) {
+    if let Ok(dir) = std::env::var("TENSORPLUG_KEEP_NN_BOMBS") {
+        let _ = std::fs::create_dir_all(&dir);
+        let to = Path::new(&dir).join(name);
+        let _ = std::process::Command::new("cp").arg("-r").arg(repository).arg(&to).status();
+    }
+}
+
 async fn post(server: &ServerProcess, path: &str, body: serde_json::Value) -> (u16, serde_json::Value, Duration) {
     let started = Instant::now();
     let response = server
@@ -89,14 +99,7 @@ async fn graph_bombs_are_refused_without_the_memory_they_describe() {
     for (name, bytes, _) in &bombs {
         faulty_model(repository.path(), name, "instances = 1", &[("bomb", bytes)]);
     }
-    if let Ok(keep) = std::env::var("TENSORPLUG_KEEP_NN_BOMBS") {
-        // For before/after figures against another binary.
-        let _ = std::process::Command::new("cp")
-            .arg("-r")
-            .arg(repository.path())
-            .arg(&keep)
-            .status();
-    }
+    keep(repository.path(), "bombs");
     let mut server = ServerProcess::spawn(
         repository.path(),
         &[
@@ -142,6 +145,7 @@ async fn an_oversized_output_costs_the_host_nothing() {
         "instances = 1\nmemory_mib = 64",
         &[("wide", &wide)],
     );
+    keep(repository.path(), "wide");
     let server = ServerProcess::spawn(repository.path(), &[]).await;
     let before = server.rss_kib();
     server.reset_peak_rss();
@@ -177,6 +181,7 @@ async fn a_heavy_compute_answers_at_its_deadline_and_burns_nothing_after() {
         "instances = 1\ntimeout_ms = 300",
         &[("heavy", &heavy)],
     );
+    keep(repository.path(), "heavy");
     let server = ServerProcess::spawn(repository.path(), &[]).await;
     let mut worst = Duration::ZERO;
     for _ in 0..3 {
