@@ -23,7 +23,7 @@
 //!   `init`: 504 like any other), and the instance is replaced. What bounds the time
 //!   past the deadline is one node's cost: with fixed sizes from the graph and a
 //!   symbolic size at most [`MAX_DYNAMIC_DIM`], the largest node of a legal graph (e.g.
-//!   a 4096x1024 by 1024x1024 MatMul, 4.3 G multiply-adds) can take ~0.2-1 s alone; such
+//!   a 4096x1024 by 1024x1024 MatMul, 4.3 G multiply-adds) takes ~0.2 s alone here; such
 //!   a graph's computes answer that much after their deadline (counted in
 //!   `tensorplug_nn_compute_overrun_seconds`). No CPU keeps burning after the answer.
 //!   Every value a node computes counts against the instance's memory
