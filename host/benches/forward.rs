@@ -16,7 +16,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use digits_model::{forward, Weights, CLASSES, INPUTS};
 use tensorplug::model::tensor::{DataType, Tensor};
 use tensorplug::model::StageKind;
-use tensorplug::runtime::nn::{ModelGraphs, NnTensor, TensorType};
+use tensorplug::runtime::nn::{GraphLimits, ModelGraphs, NnTensor, TensorType};
 use tensorplug::runtime::{ModelShared, Runtime, SandboxLimits, StageTag, StageTemplate};
 
 fn root() -> PathBuf {
@@ -71,7 +71,17 @@ fn forward_pass(c: &mut Criterion) {
 
     // digits-onnx: its graph, loaded once as the server does, and its predict plugin.
     let onnx_dir = root().join("examples/models/digits-onnx");
-    let graphs = ModelGraphs::load(&onnx_dir, &[("digits".into(), onnx_dir.join("digits.onnx"))]).expect("digits.onnx");
+    let graph_limits = GraphLimits {
+        memory_bytes: 256 << 20,
+        max_nodes: 10_000,
+        value_bytes: 64 << 20,
+    };
+    let graphs = ModelGraphs::load(
+        &onnx_dir,
+        &[("digits".into(), onnx_dir.join("digits.onnx"))],
+        graph_limits,
+    )
+    .expect("digits.onnx");
     let graph = graphs.get("digits").expect("graph").clone();
     let onnx_tag = StageTag {
         model: "digits-onnx".into(),
@@ -121,7 +131,12 @@ fn forward_pass(c: &mut Criterion) {
                     ty: TensorType::Fp32,
                     data: bytes.clone(),
                 };
-                std::hint::black_box(graph.run(vec![("input-0".into(), input)]).expect("compute"))
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                std::hint::black_box(
+                    graph
+                        .run(vec![("input-0".into(), input)], deadline, 64 << 20)
+                        .expect("compute"),
+                )
             })
         });
         group.bench_with_input(BenchmarkId::new("wasm_nn", n), &n, |b, &n| {

@@ -62,11 +62,18 @@ async fn digits_onnx_answers_batched_requests_like_digits() {
     let (_, digits_meta) = server.get("/v2/models/digits").await;
     assert_eq!(meta["inputs"], digits_meta["inputs"]);
     assert_eq!(meta["outputs"], digits_meta["outputs"]);
-    // The graph's host memory in the model's statistics: its file's bytes.
-    let graph_bytes = std::fs::metadata(examples().join("digits-onnx/digits.onnx"))
+    // The graph's host memory in the model's statistics: what its plan holds (the
+    // weights, packed for tract's kernels), of the order of its file's bytes.
+    let file_bytes = std::fs::metadata(examples().join("digits-onnx/digits.onnx"))
         .unwrap()
         .len();
-    assert_eq!(common::stats(&server, "digits-onnx").await["graph_bytes"], graph_bytes);
+    let graph_bytes = common::stats(&server, "digits-onnx").await["graph_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        graph_bytes > file_bytes / 2 && graph_bytes < 4 * file_bytes,
+        "{graph_bytes} vs {file_bytes}"
+    );
     assert_eq!(common::stats(&server, "digits").await["graph_bytes"], 0);
     let metrics = common::metrics::scrape(&server).await;
     let labels = [("model", "digits-onnx"), ("version", "1")];
@@ -308,5 +315,187 @@ async fn compute_in_a_loop_past_the_deadline_fails_its_item_only() {
     let stats = common::stats(&server, "faulty").await;
     assert!(stats["instance_replacements"].as_u64().unwrap() >= 1, "{stats}");
     assert!(stats["timeouts"].as_u64().unwrap() >= 1, "{stats}");
+    server.stop().await;
+}
+
+/// The faulty plugin with `graphs` (name, ONNX bytes) in its folder and `limits` (one
+/// instance).
+fn faulty_with_graphs(limits: &str, parameters: &str, graphs: &[(&str, Vec<u8>)]) -> tempfile::TempDir {
+    let mut config = common::faulty_config("max_batch_size = 8", &format!("instances = 1\n{limits}"));
+    config.push_str("\n[graphs]\n");
+    for (name, _) in graphs {
+        config.push_str(&format!("{name} = \"{name}.onnx\"\n"));
+    }
+    if !parameters.is_empty() {
+        config.push_str(&format!("\n[parameters]\n{parameters}\n"));
+    }
+    let repository = common::faulty_repository(&config);
+    for (name, bytes) in graphs {
+        std::fs::write(repository.path().join(format!("faulty/{name}.onnx")), bytes).unwrap();
+    }
+    repository
+}
+
+/// 200 chained [256, 1024] x [1024, 1024] MatMuls (~10 ms each): legal, and far longer
+/// than 300 ms (~2 s).
+fn heavy() -> Vec<u8> {
+    common::onnx::matmul_chain(200, 1024, Some(256))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heavy_compute_is_stopped_at_its_deadline_and_its_neighbours_answered() {
+    let repository = faulty_with_graphs("timeout_ms = 300", "", &[("heavy", heavy())]);
+    let server = TestServer::start(repository.path()).await;
+    // Alone: the 504 comes at the deadline, not when the compute would have ended.
+    let started = std::time::Instant::now();
+    let (status, body) = faulty_batch(&server, &[-40.0]).await;
+    let took = started.elapsed();
+    assert_eq!(status, 504, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("time limit of 300 ms"),
+        "{body}"
+    );
+    assert!(
+        took < std::time::Duration::from_millis(300 + 250),
+        "answered after {took:?}"
+    );
+    // Beside others: they are answered; the instance is replaced and serves again.
+    let (status, body) = faulty_batch(&server, &[1.0, -40.0, 3.0]).await;
+    assert_eq!(status, 207, "{body}");
+    let results = body["results"].as_array().unwrap();
+    assert_eq!(
+        (results[0]["status"].as_u64(), results[2]["status"].as_u64()),
+        (Some(200), Some(200)),
+        "{body}"
+    );
+    assert_eq!(results[1]["status"], 504, "{body}");
+    let (status, body) = faulty_batch(&server, &[5.0]).await;
+    assert_eq!(status, 200, "{body}");
+    let stats = common::stats(&server, "faulty").await;
+    assert!(stats["instance_replacements"].as_u64().unwrap() >= 2, "{stats}");
+    let metrics = common::metrics::scrape(&server).await.text;
+    let stopped = metrics
+        .lines()
+        .find(|l| l.starts_with("tensorplug_nn_computes_stopped_total{reason=\"deadline\"}"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(!stopped.ends_with(" 0"), "{stopped}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heavy_compute_in_init_fails_the_load_at_init_timeout() {
+    let repository = faulty_with_graphs("init_timeout_ms = 300", "init_graph = \"heavy\"", &[("heavy", heavy())]);
+    let started = std::time::Instant::now();
+    let server = TestServer::start(repository.path()).await;
+    let took = started.elapsed();
+    let index = common::index(&server).await;
+    let entry = &index[0];
+    assert_eq!(entry["state"], "UNAVAILABLE", "{index}");
+    let reason = entry["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("300 ms") && reason.contains("init"), "{reason}");
+    // Loading the 4 MiB graph, compiling, then init stopped at 300 ms.
+    assert!(took < std::time::Duration::from_secs(8), "{took:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_larger_than_the_instance_is_the_items_error() {
+    // [1024, 1] x [1, 65536]: a 256 MiB output for an instance of 64 MiB.
+    let repository = faulty_with_graphs("memory_mib = 64", "", &[("wide", common::onnx::widen(65_536))]);
+    let server = TestServer::start(repository.path()).await;
+    let (status, body) = faulty_batch(&server, &[1.0, -41.0]).await;
+    assert_eq!(status, 207, "{body}");
+    assert_eq!(body["results"][0]["status"], 200, "{body}");
+    assert_eq!(body["results"][1]["status"], 422, "{body}");
+    let error = body["results"][1]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("268435456 bytes") && error.contains("limits.memory_mib"),
+        "{error}"
+    );
+    assert_eq!(common::stats(&server, "faulty").await["traps"], 0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graph_bombs_and_long_graphs_fail_their_load_naming_the_limit() {
+    common::require_plugins(&examples());
+    let repository = tempfile::tempdir().unwrap();
+    let root = repository.path();
+    digits_onnx_copy(root, "good", "digits = \"digits.onnx\"");
+    let huge = [1 << 20, 1 << 20];
+    let bombs = [
+        (
+            "constant-of-shape",
+            common::onnx::constant_of_shape(&huge),
+            "limits.graph_memory_mib",
+        ),
+        ("expand", common::onnx::expand(&huge), "limits.graph_memory_mib"),
+        ("range", common::onnx::range(1 << 40), "limits.graph_memory_mib"),
+        (
+            "constant-512mib",
+            common::onnx::constant_of_shape(&[128 << 20]),
+            "limits.graph_memory_mib",
+        ),
+        ("chain", common::onnx::chain(20_000), "limits.graph_max_nodes"),
+    ];
+    for (name, bytes, _) in &bombs {
+        let dir = digits_onnx_copy(root, name, "digits = \"bomb.onnx\"");
+        std::fs::write(dir.join("bomb.onnx"), bytes).unwrap();
+    }
+    let started = std::time::Instant::now();
+    let server = TestServer::start(root).await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let index = common::index(&server).await;
+    for (name, _, limit) in &bombs {
+        let entry = index.as_array().unwrap().iter().find(|e| e["name"] == *name).unwrap();
+        assert_eq!(entry["state"], "UNAVAILABLE", "{entry}");
+        let reason = entry["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains(limit) && reason.contains("bomb.onnx"),
+            "{name}: {reason}"
+        );
+    }
+    let pixels = cases()[0].pixels.clone();
+    let (status, body) = server
+        .post_json(
+            "/v2/models/good/infer",
+            &request("input-0", "FP32", &[1, 64], json!(pixels)),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let metrics = common::metrics::scrape(&server).await.text;
+    for (limit, at_least) in [("graph_memory_mib", 4), ("graph_max_nodes", 1)] {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("tensorplug_nn_graph_loads_refused_total{{limit=\"{limit}\"}}")))
+            .unwrap_or_else(|| panic!("{metrics}"));
+        let count: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(count >= at_least, "{line}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graph_bytes_is_what_the_graph_holds() {
+    // A 205-byte graph folding a 64 MiB constant at load, under a budget of 128 MiB.
+    let graph = common::onnx::constant_of_shape(&[16 << 20]);
+    assert!(graph.len() < 300, "{}", graph.len());
+    let repository = faulty_with_graphs("graph_memory_mib = 128", "", &[("folded", graph)]);
+    let server = TestServer::start(repository.path()).await;
+    let bytes = common::stats(&server, "faulty").await["graph_bytes"].as_u64().unwrap();
+    assert!((64 << 20..72 << 20).contains(&bytes), "{bytes}");
+    let metrics = common::metrics::scrape(&server).await.text;
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("tensorplug_graph_bytes{"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(line.ends_with(&format!(" {bytes}")), "{line}");
     server.stop().await;
 }

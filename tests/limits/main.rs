@@ -10,6 +10,7 @@ mod grpc_connections;
 mod grpc_edge;
 mod hostile;
 mod metrics_scrapes;
+mod nn;
 
 /// Each test here runs a server and pushes it to a limit; measured one at a time, its
 /// timings and memory peaks are the server's own, not its neighbours'.

@@ -33,13 +33,16 @@
 //! | -30..-39 | plugin metrics written to forge, break or bloat `/metrics` (see `metric_faults`) |
 //! | -60 | opens and reads `fifo` in its model folder; an error becomes the item's 422 |
 //! | -61 | the same through `fifo-link` (a symlink to it) |
+//! | -40 | runs the graph `heavy` once on `x`: FP32 [256, 1024] of ones (long but legal compute) |
+//! | -41 | runs the graph `wide` once on `x`: FP32 [1024, 1] of ones; its refusal is the item's 422 |
 //!
 //! It keeps metrics: the counter `batches`, the gauge `last_batch_size` and the histogram
 //! `item_value` (each item's |x|), and declares the metadata `purpose` and `scale`.
 //!
 //! With the parameter `fail_init = "true"`, `init` fails; with `sleep_init_ms = N`,
 //! `init` first sleeps N ms (in a host call); with `random_metadata = "true"`, every
-//! `init` also declares the metadata `nonce` with a value of its own.
+//! `init` also declares the metadata `nonce` with a value of its own; with
+//! `init_graph = "heavy"`, `init` runs the graph `heavy` once as code -40 does.
 
 use std::hint::black_box;
 
@@ -57,6 +60,9 @@ impl Predictor for Faulty {
         let sleep_ms: u64 = parameters.parse_or("sleep_init_ms", 0)?;
         if sleep_ms > 0 {
             std::thread::sleep(std::time::Duration::from_millis(sleep_ms));
+        }
+        if parameters.parse_or("init_graph", String::new())? == "heavy" {
+            nn_graph_fault(-40.0).map_or(Ok(()), |error| Err(format!("faulty: init_graph: {error:?}")))?;
         }
         if parameters.parse_or("fail_init", false)? {
             return Err("faulty: init failed as configured".into());
@@ -100,7 +106,7 @@ impl Predictor for Faulty {
                 Some(23) => nn_load_bytes().err(),
                 _ => None,
             };
-            if let Some(error) = nn_failure {
+            if let Some(error) = nn_failure.or_else(|| nn_graph_fault(v)) {
                 failures.push(error.at(i as u32));
             }
             let hostile = code_in(v, 30..=39)
@@ -220,6 +226,26 @@ fn nonce() -> u64 {
 /// Runs the graph `digits` once on `input`.
 fn nn_compute(input: Tensor) -> Result<Vec<Tensor>, ItemError> {
     Ok(nn::Graph::by_name("digits")?.compute(&[input])?)
+}
+
+/// Codes -40 and -41: one compute of the graph `heavy` or `wide` (see the table).
+fn nn_graph_fault(v: f32) -> Option<ItemError> {
+    let (graph, rows, columns) = if v == -40.0 {
+        ("heavy", 256, 1024)
+    } else if v == -41.0 {
+        ("wide", 1024, 1)
+    } else {
+        return None;
+    };
+    let ones = vec![1.0; (rows * columns) as usize];
+    let x = Tensor::from_f32("x", &[rows, columns], &ones);
+    let computed = nn::Graph::by_name(graph).and_then(|graph| graph.compute(&[x]));
+    match computed {
+        Ok(outputs) => black_box(outputs)
+            .is_empty()
+            .then(|| ItemError::new(422, "faulty: no outputs")),
+        Err(error) => Some(ItemError::new(422, format!("faulty: {error}"))),
+    }
 }
 
 /// Runs the graph `digits` until the host stops the call.

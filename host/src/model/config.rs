@@ -79,6 +79,10 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Pipeline instances, each on its own thread.
     pub instances: usize,
+    /// What the model's `wasi:nn` graphs may hold together once loaded, in bytes.
+    pub graph_memory_bytes: u64,
+    /// Most nodes one `wasi:nn` graph may have.
+    pub graph_max_nodes: usize,
 }
 
 /// A validated model configuration.
@@ -173,6 +177,8 @@ struct RawLimits {
     max_handles: Option<usize>,
     request_timeout_ms: Option<u64>,
     instances: Option<usize>,
+    graph_memory_mib: Option<u64>,
+    graph_max_nodes: Option<usize>,
 }
 
 /// No waiting by default: an idle instance takes whatever is queued, and under load the
@@ -198,6 +204,12 @@ const DEFAULT_INIT_TIMEOUT_MS: u64 = 10_000;
 const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// Largest `model.toml` read: a real one is a few KiB.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// As much as the largest graph file holds: a graph whose weights are in its file fits.
+const DEFAULT_GRAPH_MEMORY_MIB: u64 = 256;
+const MAX_GRAPH_MEMORY_MIB: u64 = 16_384;
+/// Large vision and language graphs have a few thousand nodes.
+const DEFAULT_GRAPH_MAX_NODES: usize = 10_000;
+const MAX_GRAPH_MAX_NODES: usize = 1_000_000;
 
 /// Whether `name` can be a model (and folder) name: no path tricks, nothing hidden.
 pub fn is_valid_model_name(name: &str) -> bool {
@@ -303,6 +315,22 @@ impl ModelConfig {
                 None => instances_default,
                 Some(n @ 1..=256) => n,
                 Some(n) => return Err(format!("key `limits.instances`: {n} is outside 1..=256")),
+            },
+            graph_memory_bytes: match raw.limits.graph_memory_mib.unwrap_or(DEFAULT_GRAPH_MEMORY_MIB) {
+                mib @ 1..=MAX_GRAPH_MEMORY_MIB => mib << 20,
+                mib => {
+                    return Err(format!(
+                        "key `limits.graph_memory_mib`: {mib} is outside 1..={MAX_GRAPH_MEMORY_MIB}"
+                    ))
+                }
+            },
+            graph_max_nodes: match raw.limits.graph_max_nodes.unwrap_or(DEFAULT_GRAPH_MAX_NODES) {
+                n @ 1..=MAX_GRAPH_MAX_NODES => n,
+                n => {
+                    return Err(format!(
+                        "key `limits.graph_max_nodes`: {n} is outside 1..={MAX_GRAPH_MAX_NODES}"
+                    ))
+                }
             },
         };
 
@@ -563,6 +591,29 @@ mode = "fast"
         assert!(err(&escape).contains("key `stages.predict`"), "{}", err(&escape));
         let renamed = DIGITS.replace("name = \"digits\"", "name = \"other\"");
         assert!(err(&renamed).contains("folder name"), "{}", err(&renamed));
+    }
+
+    #[test]
+    fn graph_limits_have_defaults_and_bounds() {
+        let c = ModelConfig::parse(Path::new("/m/digits"), DIGITS).unwrap();
+        assert_eq!(c.limits.graph_memory_bytes, 256 << 20);
+        assert_eq!(c.limits.graph_max_nodes, 10_000);
+        let with = |limits: &str| format!("{DIGITS}\n[limits]\n{limits}\n");
+        let c = ModelConfig::parse(
+            Path::new("/m/digits"),
+            &with("graph_memory_mib = 8\ngraph_max_nodes = 50"),
+        )
+        .unwrap();
+        assert_eq!((c.limits.graph_memory_bytes, c.limits.graph_max_nodes), (8 << 20, 50));
+        for (bad, key) in [
+            ("graph_memory_mib = 0", "limits.graph_memory_mib"),
+            ("graph_memory_mib = 16385", "limits.graph_memory_mib"),
+            ("graph_max_nodes = 0", "limits.graph_max_nodes"),
+            ("graph_max_nodes = 1000001", "limits.graph_max_nodes"),
+        ] {
+            let err = ModelConfig::parse(Path::new("/m/digits"), &with(bad)).unwrap_err();
+            assert!(err.contains(key) && err.contains("outside"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{PipelineInstance, PipelineTemplate};
 use crate::model::config::{ConfigError, ModelConfig, MODEL_FILE};
 use crate::model::StageKind;
-use crate::runtime::nn::ModelGraphs;
+use crate::runtime::nn::{GraphLimits, ModelGraphs};
 use crate::runtime::{ModelShared, Runtime, RuntimeError, SandboxLimits, StageTag, StageTemplate};
 
 /// Why a model version could not be loaded.
@@ -48,7 +48,12 @@ impl LoadedModel {
         };
         let (model, version): (Arc<str>, Arc<str>) = (config.name.as_str().into(), config.version.as_str().into());
         // Graphs first: parsed, optimised and planned once for every instance.
-        let graphs = ModelGraphs::load(&config.dir, &config.graphs).map_err(RuntimeError::from)?;
+        let graph_limits = GraphLimits {
+            memory_bytes: config.limits.graph_memory_bytes,
+            max_nodes: config.limits.graph_max_nodes,
+            value_bytes: config.limits.memory_bytes as u64,
+        };
+        let graphs = ModelGraphs::load(&config.dir, &config.graphs, graph_limits).map_err(RuntimeError::from)?;
         let mut shared = ModelShared::with_graphs(graphs);
         shared.metrics = runtime.plugin_metrics(&model, &version);
         let shared = Arc::new(shared);

@@ -14,7 +14,7 @@
 //! halfway through a call.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::Instant;
 
 /// The call did not finish within its time limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,12 +28,15 @@ thread_local! {
         .ok();
 }
 
-/// Drives `call` on this thread until it finishes or `limit` passes.
-pub fn within<F: Future>(limit: Duration, call: F) -> Result<F::Output, DeadlinePassed> {
+/// Drives `call` on this thread until it finishes or `until` passes (the instant the
+/// store's `wasi:nn` compute also runs to, see [`super::store::StoreState::arm_deadline`]).
+pub fn within<F: Future>(until: Instant, call: F) -> Result<F::Output, DeadlinePassed> {
     EXECUTOR.with(|executor| match executor {
-        Some(executor) => {
-            executor.block_on(async move { tokio::time::timeout(limit, call).await.map_err(|_| DeadlinePassed) })
-        }
+        Some(executor) => executor.block_on(async move {
+            tokio::time::timeout_at(until.into(), call)
+                .await
+                .map_err(|_| DeadlinePassed)
+        }),
         // Building a current-thread runtime only fails when the OS refuses its
         // resources; without a timer the epoch deadline still stops wasm code.
         None => Ok(block_on_without_timer(call)),
@@ -65,15 +68,16 @@ fn block_on_without_timer<F: Future>(future: F) -> F::Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn a_call_parked_past_its_limit_is_dropped_at_the_limit() {
         let started = std::time::Instant::now();
-        let parked = within(Duration::from_millis(50), async {
+        let parked = within(Instant::now() + Duration::from_millis(50), async {
             tokio::time::sleep(Duration::from_secs(5)).await
         });
         assert_eq!(parked, Err(DeadlinePassed));
         assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
-        assert_eq!(within(Duration::from_secs(1), async { 7 }), Ok(7));
+        assert_eq!(within(Instant::now() + Duration::from_secs(1), async { 7 }), Ok(7));
     }
 }

@@ -147,7 +147,10 @@ impl StageTemplate {
             reason,
         };
         let params = &self.parameters;
-        let started = deadline::within(self.limits.init_timeout, async {
+        // One instant for the timer, and for `wasi:nn` compute in `init`.
+        let until = std::time::Instant::now() + self.limits.init_timeout;
+        store.data_mut().arm_deadline(until);
+        let started = deadline::within(until, async {
             let exports = match &self.pre {
                 Pre::Preprocess(pre) => pre.instantiate_async(&mut store).await.map(Exports::Preprocess),
                 Pre::Predict(pre) => pre.instantiate_async(&mut store).await.map(Exports::Predict),
@@ -263,9 +266,11 @@ fn call<R>(
 ) -> Result<R, Trapped> {
     let limit = template.limits.call_timeout;
     store.set_epoch_deadline(super::engine::deadline_ticks(limit));
-    store.data_mut().arm_deadline(limit);
+    // One instant for the timer, and for `wasi:nn` compute (which epochs do not stop).
+    let until = std::time::Instant::now() + limit;
+    store.data_mut().arm_deadline(until);
     store.data_mut().reset_log_budget();
-    let result = deadline::within(limit, make(store));
+    let result = deadline::within(until, make(store));
     let output = store.data().take_output();
     log_output(store.data().tag(), &output);
     let dropped = store.data_mut().reset_log_budget();

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use wasmtime::{Engine, Store};
 use wasmtime_wasi::{FsPerms, ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -143,14 +143,25 @@ impl StoreState {
         &self.tag
     }
 
-    /// Starts a call that may take `limit` (for `wasi:nn` compute).
-    pub fn arm_deadline(&mut self, limit: Duration) {
-        self.deadline = Instant::now() + limit;
+    /// Starts a call that must end at `deadline` (for `wasi:nn` compute): the instant
+    /// the call's timer and epoch deadline are armed for.
+    pub fn arm_deadline(&mut self, deadline: Instant) {
+        self.deadline = deadline;
+    }
+
+    /// When the current call's time is up.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
     }
 
     /// Whether the current call's time is up.
     pub(crate) fn deadline_passed(&self) -> bool {
         Instant::now() >= self.deadline
+    }
+
+    /// The instance's memory cap, in bytes: what a `wasi:nn` value may hold at most.
+    pub(crate) fn memory_cap(&self) -> u64 {
+        self.limits.memory_cap as u64
     }
 
     /// The handle table (WASI's and `wasi:nn`'s resources).

@@ -35,6 +35,7 @@ pub fn register(registry: &mut Registry, repository: &Arc<Repository>) {
         repository: repository.clone(),
     }));
     registry.register_collector(Box::new(super::files_metrics::SpecialFilesCollector));
+    registry.register_collector(Box::new(crate::runtime::nn::counters::NnCollector));
 }
 
 struct ModelsCollector {
@@ -222,7 +223,7 @@ impl Collector for ModelsCollector {
             ),
             (
                 "tensorplug_graph_bytes",
-                "Host memory held by the model's wasi:nn graphs (their files' bytes)",
+                "Host memory held by the model's wasi:nn graphs once loaded (their plans' constants; capped by limits.graph_memory_mib)",
                 |model, _| i64::try_from(model.shared.graphs.bytes()).unwrap_or(i64::MAX),
             ),
         ];

@@ -105,8 +105,14 @@ impl inference::HostGraphExecutionContext for StoreState {
         for (name, tensor) in inputs {
             tensors.push((name, self.table().delete(tensor)?));
         }
-        let outcome = graph.run(tensors);
-        self.check_deadline()?;
+        let deadline = self.deadline();
+        let outcome = graph.run(tensors, deadline, self.memory_cap());
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            // Stopped between two nodes, or done past the deadline: a time limit either way.
+            super::counters::compute_past_deadline(now - deadline);
+            return Err(wasmtime::Error::from(Trap::Interrupt));
+        }
         match outcome {
             Ok(outputs) => {
                 let mut named = Vec::with_capacity(outputs.len());
@@ -117,6 +123,12 @@ impl inference::HostGraphExecutionContext for StoreState {
             }
             Err(RunError::Invalid(message)) => self.nn_error(ErrorCode::InvalidArgument, message),
             Err(RunError::Failed(message)) => self.nn_error(ErrorCode::RuntimeError, message),
+            Err(RunError::TooLarge(message)) => {
+                super::counters::compute_too_large();
+                self.nn_error(ErrorCode::RuntimeError, message)
+            }
+            // The clock moved back past the deadline between the plan's check and ours.
+            Err(RunError::Deadline) => Err(wasmtime::Error::from(Trap::Interrupt)),
         }
     }
 

@@ -8,21 +8,43 @@
 //!   ([`ModelGraphs::load`]), and shared by every instance ([`super::ModelShared`]).
 //!   Plugins reach them with `load-by-name`; `load` (plugin-supplied bytes) is refused:
 //!   parsing and optimising an arbitrary graph has a cost the host cannot bound per call.
+//! - **Loading is bounded** ([`budget`]): at most `limits.graph_max_nodes` nodes per graph;
+//!   what the model's graphs hold after optimisation (constants, packed weights, values
+//!   folded at load) at most `limits.graph_memory_mib`, checked before each constant or
+//!   folded value is allocated; a load at most [`GRAPH_LOAD_TIMEOUT`] (past it the model
+//!   fails; the load, which cannot be interrupted, finishes on its own thread within the
+//!   memory budget and is thrown away). What the graphs hold is `graph_bytes`.
 //! - **Compute is bounded**: inputs are checked against the graph's declared inputs (names,
 //!   element types, ranks, fixed sizes; a symbolic size at most [`MAX_DYNAMIC_DIM`]; the
-//!   data's length) before anything runs, as `invalid-argument` errors; compute runs on
-//!   the instance's thread, where epochs cannot interrupt it, so the call's deadline is
-//!   checked before and when it returns, and a call past it traps as a time limit (the
-//!   stage's `timeout_ms`, answered 504 like any other). tract's errors (and panics,
-//!   caught) reach the plugin as `runtime-error`s, never as a host panic.
+//!   data's length) before anything runs, as `invalid-argument` errors. Compute runs on
+//!   the instance's thread, where epochs cannot interrupt it, so tract's plan reads the
+//!   call's deadline (the instant the stage call runs to) before every node and stops
+//!   there; the call then traps as a time limit (`timeout_ms`, or `init_timeout_ms` in
+//!   `init`: 504 like any other), and the instance is replaced. What bounds the time
+//!   past the deadline is one node's cost: with fixed sizes from the graph and a
+//!   symbolic size at most [`MAX_DYNAMIC_DIM`], the largest node of a legal graph (e.g.
+//!   a 4096x1024 by 1024x1024 MatMul, 4.3 G multiply-adds) takes ~0.2 s alone here; such
+//!   a graph's computes answer that much after their deadline (counted in
+//!   `tensorplug_nn_compute_overrun_seconds`). No CPU keeps burning after the answer.
+//!   Every value a node computes counts against the instance's memory
+//!   (`limits.memory_mib`): a node whose outputs would pass it is refused before it runs
+//!   where its size is known from the graph and the inputs (and just after it otherwise),
+//!   as the item's `runtime-error`; a graph where one always would is refused at load.
+//!   tract's errors (and panics, caught) reach the plugin as `runtime-error`s, never as a
+//!   host panic.
 
+pub mod budget;
+pub mod counters;
 mod host;
 mod tract;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+pub use self::budget::GraphLimits;
+use self::budget::{Refusal, Refused};
 pub use self::host::{NnContext, NnError, NnGraph, NnTensor};
 pub use self::tract::{RunError, TractGraph, MAX_DYNAMIC_DIM, MAX_GRAPH_BYTES};
 pub use super::bindings::nn::tensor::TensorType;
@@ -42,16 +64,37 @@ pub struct ModelGraphs {
     graphs: HashMap<String, Arc<TractGraph>>,
 }
 
+/// Longest the loads of one model's graphs may take together (a 10,000-node graph
+/// loads in a few seconds).
+pub const GRAPH_LOAD_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl ModelGraphs {
-    /// Loads every `(name, file)` inside `dir` (see the module's documentation).
-    pub fn load(dir: &std::path::Path, graphs: &[(String, PathBuf)]) -> Result<Self, GraphError> {
+    /// Loads every `(name, file)` inside `dir` within `limits` (see the module's
+    /// documentation).
+    pub fn load(dir: &std::path::Path, graphs: &[(String, PathBuf)], limits: GraphLimits) -> Result<Self, GraphError> {
+        Self::load_within(dir, graphs, limits, GRAPH_LOAD_TIMEOUT)
+    }
+
+    fn load_within(
+        dir: &std::path::Path,
+        graphs: &[(String, PathBuf)],
+        limits: GraphLimits,
+        timeout: Duration,
+    ) -> Result<Self, GraphError> {
+        let until = Instant::now() + timeout;
         let mut loaded = HashMap::with_capacity(graphs.len());
+        let mut left = limits.memory_bytes;
         for (name, file) in graphs {
-            let graph = TractGraph::load(dir, file).map_err(|reason| GraphError {
-                name: name.clone(),
-                file: file.clone(),
-                reason,
-            })?;
+            let error = |refused: Refused| {
+                counters::graph_refused(refused.limit);
+                GraphError {
+                    name: name.clone(),
+                    file: file.clone(),
+                    reason: refused.reason,
+                }
+            };
+            let graph = load_one(dir, file, limits, left, (until, timeout)).map_err(error)?;
+            left = left.saturating_sub(graph.bytes());
             loaded.insert(name.clone(), Arc::new(graph));
         }
         Ok(Self { graphs: loaded })
@@ -61,7 +104,7 @@ impl ModelGraphs {
         self.graphs.is_empty()
     }
 
-    /// Host memory the graphs hold, estimated as their files' bytes.
+    /// Host memory the graphs hold: their plans' constants.
     pub fn bytes(&self) -> u64 {
         self.graphs.values().map(|g| g.bytes()).sum()
     }
@@ -75,5 +118,37 @@ impl ModelGraphs {
 
     pub fn get(&self, name: &str) -> Option<&Arc<TractGraph>> {
         self.graphs.get(name)
+    }
+}
+
+/// Loads one graph on its own thread, waiting for it until `until` (`timeout` after the
+/// model's first graph started).
+fn load_one(
+    dir: &std::path::Path,
+    file: &std::path::Path,
+    limits: GraphLimits,
+    budget: u64,
+    (until, timeout): (Instant, Duration),
+) -> Result<TractGraph, Refused> {
+    let (dir, file) = (dir.to_path_buf(), file.to_path_buf());
+    let (done, loaded) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("tensorplug-graph".into())
+        .spawn(move || {
+            let _ = done.send(TractGraph::load(&dir, &file, &limits, budget));
+        })
+        .map_err(|e| Refused {
+            limit: Refusal::Invalid,
+            reason: format!("cannot start loading: {e}"),
+        })?;
+    match loaded.recv_timeout(until.saturating_duration_since(Instant::now())) {
+        Ok(result) => result,
+        Err(_) => Err(Refused {
+            limit: Refusal::Time,
+            reason: format!(
+                "loading the model's graphs took longer than {} ms; refused (the graph load time limit)",
+                timeout.as_millis()
+            ),
+        }),
     }
 }
