@@ -31,5 +31,18 @@ async fn metadata_stays_what_the_first_init_declared() {
     assert!(stats["instance_replacements"].as_u64().unwrap_or(0) >= 3, "{stats}");
     let (_, metadata) = server.get("/v2/models/faulty").await;
     assert_eq!(nonce(&metadata), Some(first), "{metadata}");
+    // The second instance's init at load, then one per replacement: each counted.
+    let labels = [("model", "faulty"), ("version", "1")];
+    let mut ignored = 0.0;
+    for _ in 0..100 {
+        ignored = common::metrics::scrape(&server)
+            .await
+            .value_or_zero("tensorplug_metadata_changes_ignored_total", &labels);
+        if ignored >= 4.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(ignored, 4.0, "metadata changes ignored");
     server.stop().await;
 }

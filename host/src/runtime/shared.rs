@@ -3,6 +3,7 @@
 //! them anew and an unload takes them away.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::nn::ModelGraphs;
@@ -24,6 +25,8 @@ pub struct ModelShared {
     pub metrics: PluginMetrics,
     /// Per stage, what its first successful `init` declared: fixed from then on.
     metadata: Mutex<BTreeMap<&'static str, Declared>>,
+    /// Later inits that declared other metadata than their stage's first (ignored).
+    metadata_changes_ignored: AtomicU64,
     /// Parsed, optimised and runnable once per version; every instance runs them.
     pub graphs: ModelGraphs,
 }
@@ -107,7 +110,13 @@ impl ModelShared {
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .collect();
+        self.metadata_changes_ignored.fetch_add(1, Ordering::Relaxed);
         Err(MetadataChange { keys })
+    }
+
+    /// How many later inits declared other metadata than their stage's first.
+    pub fn metadata_changes_ignored(&self) -> u64 {
+        self.metadata_changes_ignored.load(Ordering::Relaxed)
     }
 
     /// Every key and value declared, sorted by key (a key two stages declare: the later

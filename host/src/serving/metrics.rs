@@ -235,6 +235,16 @@ impl Collector for ModelsCollector {
         }
 
         let mut metric = encoder.encode_descriptor(
+            "tensorplug_metadata_changes_ignored",
+            "Inits that declared other metadata than their stage's first init of this version (ignored: metadata is fixed per version)",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((_, model), (labels, _)) in models.iter().zip(&snapshots) {
+            ConstCounter::new(model.shared.metadata_changes_ignored()).encode(metric.encode_family(labels)?)?;
+        }
+
+        let mut metric = encoder.encode_descriptor(
             "tensorplug_model_ready",
             "Whether a model serves a version (1) or not (0: loading, failed, unloaded, or draining)",
             None,
