@@ -201,6 +201,13 @@ async fn broken_graphs_fail_their_load_and_the_others_keep_serving() {
             assert!(reason.contains(needle), "{name}: {reason:?} should mention {needle:?}");
         }
     }
+    assert_the_good_model_serves(&server).await;
+    assert_eq!(server.get("/v2/models/corrupt/ready").await.0, 404);
+    server.stop().await;
+}
+
+/// The model `good` (a copy of digits-onnx) beside the broken ones answers a digit.
+async fn assert_the_good_model_serves(server: &TestServer) {
     let pixels = cases()[0].pixels.clone();
     let (status, body) = server
         .post_json(
@@ -209,8 +216,6 @@ async fn broken_graphs_fail_their_load_and_the_others_keep_serving() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(server.get("/v2/models/corrupt/ready").await.0, 404);
-    server.stop().await;
 }
 
 #[test]
@@ -462,14 +467,7 @@ async fn graph_bombs_and_long_graphs_fail_their_load_naming_the_limit() {
             "{name}: {reason}"
         );
     }
-    let pixels = cases()[0].pixels.clone();
-    let (status, body) = server
-        .post_json(
-            "/v2/models/good/infer",
-            &request("input-0", "FP32", &[1, 64], json!(pixels)),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
+    assert_the_good_model_serves(&server).await;
     let metrics = common::metrics::scrape(&server).await.text;
     for (limit, at_least) in [("graph_memory_mib", 4), ("graph_max_nodes", 1)] {
         let line = metrics

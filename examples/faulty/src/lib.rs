@@ -203,12 +203,10 @@ fn hostile_message() -> String {
 
 /// Codes -60..=-69: what the sandbox must refuse of a model folder.
 fn sandbox_fault(v: f32) -> Option<ItemError> {
-    let file = if v == -60.0 {
-        "fifo"
-    } else if v == -61.0 {
-        "fifo-link"
-    } else {
-        return None;
+    let file = match code_in(v, 60..=69)? {
+        60 => "fifo",
+        61 => "fifo-link",
+        _ => return None,
     };
     let path = format!("{}/{file}", tensorplug_guest::MODEL_DIR);
     let read = std::fs::File::open(&path).and_then(|mut f| std::io::Read::read(&mut f, &mut [0u8; 16]));
