@@ -209,15 +209,15 @@ async fn run_queue(
     jobs: crossbeam_channel::Sender<Job>,
     stats: Arc<ModelStats>,
 ) {
-    // Fresh batches dispatched while parts waited, since a part last ran.
-    let mut passed_over = 0u32;
+    // Whether a fresh batch was dispatched while parts waited, since a part last ran.
+    let mut passed_over = false;
     loop {
         let Ok(instance) = idle.clone().acquire_owned().await else {
             return;
         };
         queues.look();
-        if !queues.waiting.is_empty() && (queues.held.is_none() || passed_over >= 1) {
-            passed_over = 0;
+        if !queues.waiting.is_empty() && (queues.held.is_none() || passed_over) {
+            passed_over = false;
             if let Some(part) = queues.next_part() {
                 if !dispatch_part(part, instance, &jobs, &stats) {
                     return;
@@ -256,7 +256,7 @@ async fn run_queue(
             },
         };
         if !queues.waiting.is_empty() {
-            passed_over += 1;
+            passed_over = true;
         }
         let mut batch = Vec::with_capacity(policy.max_batch_size);
         batch.push(first);
