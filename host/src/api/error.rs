@@ -1,9 +1,13 @@
-//! [`ServeError`]: why a whole request failed, whatever edge it came through.
+//! [`ServeError`]: why a whole request failed, whatever edge it came through, and its
+//! protocol-neutral status: the one table every edge starts from.
 //!
 //! Item-level failures are not here: they travel as
 //! [`ItemError`](crate::model::outcome::ItemError) with their own status. These are the
-//! failures decided before any item runs. Each edge maps them to its own codes in one
-//! place (the HTTP edge in its `status` module).
+//! failures decided before any item runs. A status is an HTTP-style number, because the
+//! REST edge answers it as it is and items already carry one; every other edge maps the
+//! number to its own codes in one place (the gRPC edge in its `status` module).
+
+use std::time::Duration;
 
 use crate::protocol::ProtocolError;
 use crate::serving::items::RequestError;
@@ -30,12 +34,6 @@ pub enum ServeError {
     },
     #[error("model '{0}' is not ready")]
     ModelNotReady(String),
-    /// A body the server cannot read as it is: a media type other than JSON (or the
-    /// binary tensor extension's), or a content or transfer coding it does not decode.
-    #[error("{0}")]
-    UnsupportedMediaType(String),
-    #[error("request body is larger than the limit of {limit} bytes")]
-    BodyTooLarge { limit: usize },
     #[error(transparent)]
     Queue(#[from] SubmitError),
     #[error("{0}")]
@@ -46,4 +44,97 @@ pub enum ServeError {
     Forbidden(String),
     #[error(transparent)]
     Repository(#[from] RepositoryError),
+}
+
+/// How long a client is asked to wait before retrying an overloaded or loading model.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+impl ServeError {
+    /// The protocol-neutral status of this failure (an HTTP status number).
+    pub fn status(&self) -> u16 {
+        match self {
+            ServeError::Protocol(_) | ServeError::InvalidInput(_) | ServeError::Unreadable(_) => 400,
+            ServeError::Unauthorized => 401,
+            ServeError::Forbidden(_) => 403,
+            ServeError::ModelNotFound(_) | ServeError::VersionNotFound { .. } => 404,
+            ServeError::ModelNotReady(_) | ServeError::Queue(_) => 503,
+            ServeError::Internal(_) => 500,
+            ServeError::Repository(e) => match e {
+                RepositoryError::InvalidName(_) => 400,
+                RepositoryError::NoSuchFolder(_) | RepositoryError::NotLoaded(_) => 404,
+                RepositoryError::Load { .. } => 500,
+            },
+        }
+    }
+
+    /// How long the client should wait before retrying, when a retry soon is worth it: a
+    /// full queue, or a model still loading (a model shutting down is not coming back).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ServeError::Queue(SubmitError::QueueFull { .. }) | ServeError::ModelNotReady(_) => Some(RETRY_AFTER),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_request_failure_has_its_status() {
+        let queue_full = || {
+            ServeError::Queue(SubmitError::QueueFull {
+                model: "m".into(),
+                capacity: 1,
+            })
+        };
+        let cases: Vec<(ServeError, u16)> = vec![
+            (
+                ServeError::Protocol(ProtocolError::HeaderLengthExceedsBody {
+                    header_len: 2,
+                    body_len: 1,
+                }),
+                400,
+            ),
+            (ServeError::Unreadable("x".into()), 400),
+            (ServeError::ModelNotFound("m".into()), 404),
+            (
+                ServeError::VersionNotFound {
+                    model: "m".into(),
+                    version: "2".into(),
+                    live: "1".into(),
+                },
+                404,
+            ),
+            (ServeError::ModelNotReady("m".into()), 503),
+            (queue_full(), 503),
+            (ServeError::Queue(SubmitError::Closed { model: "m".into() }), 503),
+            (ServeError::Internal("x".into()), 500),
+            (ServeError::Unauthorized, 401),
+            (ServeError::Forbidden("x".into()), 403),
+            (ServeError::Repository(RepositoryError::InvalidName("../x".into())), 400),
+            (ServeError::Repository(RepositoryError::NoSuchFolder("x".into())), 404),
+            (ServeError::Repository(RepositoryError::NotLoaded("x".into())), 404),
+        ];
+        for (error, status) in cases {
+            assert_eq!(error.status(), status, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_full_queue_or_a_loading_model_asks_for_a_retry_in_a_second() {
+        let full = ServeError::Queue(SubmitError::QueueFull {
+            model: "m".into(),
+            capacity: 1,
+        });
+        assert_eq!(full.retry_after(), Some(Duration::from_secs(1)));
+        assert_eq!(
+            ServeError::ModelNotReady("m".into()).retry_after(),
+            Some(Duration::from_secs(1))
+        );
+        let closed = ServeError::Queue(SubmitError::Closed { model: "m".into() });
+        assert_eq!((closed.status(), closed.retry_after()), (503, None));
+        assert_eq!(ServeError::Internal("x".into()).retry_after(), None);
+    }
 }

@@ -30,8 +30,8 @@ pub fn find_model(repository: &Repository, name: &str, version: Option<&str>) ->
     Ok(model)
 }
 
-/// A request's answer, with what the edge needs to encode it.
-pub struct Inference {
+/// A request's assembled answer.
+pub(super) struct Assembled {
     pub answer: Answer,
     /// Items the request was split into.
     pub items: usize,
@@ -43,7 +43,7 @@ pub struct Inference {
 const OFFLOAD_ASSEMBLY_BYTES: usize = 256 * 1024;
 
 /// Runs `request` through `model`.
-pub async fn infer(model: &Model, request: InferRequest) -> Result<Inference, ServeError> {
+pub(super) async fn infer(model: &Model, request: InferRequest) -> Result<Assembled, ServeError> {
     let config = &model.config;
     if !config.outputs.is_empty() {
         if let Some(unknown) = request
@@ -79,7 +79,7 @@ pub async fn infer(model: &Model, request: InferRequest) -> Result<Inference, Se
     } else {
         assemble(config, outcomes)
     };
-    Ok(Inference {
+    Ok(Assembled {
         answer,
         items: count,
         output_bytes,

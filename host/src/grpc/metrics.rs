@@ -9,7 +9,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tonic::Code;
 
-use crate::serving::grpc_code_name;
+use super::status::code_name;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MethodLabels {
@@ -74,7 +74,7 @@ impl GrpcMetrics {
     pub fn count(&self, method: &'static str, code: Code) {
         let labels = MethodLabels {
             method,
-            code: grpc_code_name(code as i32),
+            code: code_name(code),
         };
         self.requests.get_or_create(&labels).inc();
     }

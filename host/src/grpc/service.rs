@@ -9,7 +9,6 @@ use std::task::{ready, Context, Poll};
 use tokio_stream::Stream;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Request, Response, Status, Streaming};
-use tracing::Instrument;
 
 use super::convert;
 use super::metrics::GrpcMetrics;
@@ -25,10 +24,9 @@ use super::proto::{
 };
 use super::status::{item_status, multi_status, status_of};
 use crate::api::repository::{self, Change, RepositoryAccess};
-use crate::api::{self, ServeError};
-use crate::protocol::{clip, OutputOptions};
+use crate::api::{self, InferCall};
 use crate::serving::items::Answer;
-use crate::serving::{Answered, Model, ModelState, ModelStatus, Protocol, Repository};
+use crate::serving::{ModelState, ModelStatus, Repository};
 
 /// The service, over the server's repository.
 #[derive(Clone)]
@@ -65,25 +63,36 @@ impl Inference {
 
     /// One inference call, from message to message.
     async fn infer(&self, message: ModelInferRequest) -> Result<ModelInferResponse, Status> {
-        // A debug span, as on the REST edge; the lines logged at the default level carry
-        // the model (and id) themselves.
-        let span = tracing::debug_span!(
-            "infer",
-            edge = "grpc",
-            model = %clip(&message.model_name),
-            id = tracing::field::Empty,
-            items = tracing::field::Empty
-        );
-        let arrived = std::time::Instant::now();
-        let name = message.model_name.clone();
-        let model =
-            api::find_model(&self.repository, &name, version(&message.model_version)).map_err(|e| refused(&name, e))?;
-        let result = infer(&model, message).instrument(span).await;
-        let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
-        model
-            .stats
-            .record_request(Protocol::Grpc, Answered::Grpc(code as i32), arrived.elapsed());
-        result
+        let version = version(&message.model_version);
+        let call = InferCall::start(
+            &self.repository,
+            &super::status::GRPC_EDGE,
+            &message.model_name,
+            version,
+        )
+        .map_err(|e| status_of(&e))?;
+        let (status, answer) = answer(&call, message).await;
+        call.answered(status);
+        answer
+    }
+}
+
+/// The answer to `message`, and the protocol-neutral status it stands for.
+async fn answer(call: &InferCall, message: ModelInferRequest) -> (u16, Result<ModelInferResponse, Status>) {
+    let request = match convert::request(message) {
+        Ok(request) => request,
+        Err(error) => {
+            call.refused(error.status(), &error);
+            return (error.status(), Err(status_of(&error)));
+        }
+    };
+    match call.run(request).await {
+        Err(error) => (error.status(), Err(status_of(&error))),
+        Ok(inferred) => match inferred.answer {
+            Answer::Success(outputs) => (200, Ok(convert::response(call.model(), inferred.id, outputs))),
+            Answer::Failure(error) => (error.status, Err(item_status(&error))),
+            Answer::MultiStatus(outcomes) => (super::status::worst_status(&outcomes), Err(multi_status(&outcomes))),
+        },
     }
 }
 
@@ -97,53 +106,6 @@ fn bearer(metadata: &MetadataMap) -> Option<&str> {
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-}
-
-/// Logs a request-level failure (failed items are logged where they are answered) and
-/// answers its status.
-fn refused(model: &str, error: ServeError) -> Status {
-    let status = status_of(&error);
-    tracing::info!(model = %clip(model), code = ?status.code(), "request failed: {error}");
-    status
-}
-
-async fn infer(model: &Arc<Model>, message: ModelInferRequest) -> Result<ModelInferResponse, Status> {
-    let name = message.model_name.clone();
-    let request = convert::request(message).map_err(|e| refused(&name, e))?;
-    let span = tracing::Span::current();
-    if let Some(id) = &request.id {
-        span.record("id", &*clip(id));
-    }
-    let options = OutputOptions::from_request(&request);
-    let id = request.id.clone();
-    let inference = api::infer(model, request).await.map_err(|e| refused(&name, e))?;
-    span.record("items", inference.items);
-    let (model_name, quoted_id) = (model.config.name.as_str(), id.as_deref().map(clip));
-    match inference.answer {
-        Answer::Success(outputs) => Ok(convert::response(model, id.clone(), options.filter(outputs))),
-        Answer::Failure(error) => {
-            let status = item_status(&error);
-            tracing::info!(
-                model = model_name,
-                id = quoted_id.as_deref(),
-                status = error.status,
-                "item failed: {}",
-                error.message
-            );
-            Err(status)
-        }
-        Answer::MultiStatus(outcomes) => {
-            let failed = outcomes.iter().filter(|o| o.is_err()).count();
-            tracing::info!(
-                model = model_name,
-                id = quoted_id.as_deref(),
-                failed,
-                items = outcomes.len(),
-                "multi-status answer"
-            );
-            Err(multi_status(&outcomes))
-        }
-    }
 }
 
 type InferStream = Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;

@@ -1,7 +1,7 @@
-//! The one mapping from errors to gRPC status codes (the gRPC edge's counterpart of the
-//! REST edge's HTTP status mapping): request-level [`ServeError`]s, item-level
-//! [`ItemError`]s by their HTTP-style status, and the answer to a multi-item request
-//! whose items partly failed.
+//! The one mapping from statuses to gRPC status codes (the gRPC edge's counterpart of the
+//! REST edge answering a status as it is): request-level [`ServeError`]s and item-level
+//! [`ItemError`]s by their protocol-neutral (HTTP-style) status, the answer to a
+//! multi-item request whose items partly failed, and the codes' names.
 //!
 //! | HTTP (REST) | gRPC |
 //! | --- | --- |
@@ -25,7 +25,7 @@ use tonic::{Code, Status};
 
 use crate::api::ServeError;
 use crate::model::outcome::{ItemError, ItemOutcome};
-use crate::serving::RepositoryError;
+use crate::serving::EdgeLabel;
 
 /// Trailer of a failed answer (one item, or a multi-item request whose items partly
 /// failed): a JSON array over the items in request order, `{"status": 200}` or
@@ -49,30 +49,9 @@ const MESSAGE_BYTES: usize = 512;
 /// Bytes of the whole trailer value.
 pub const TRAILER_BYTES: usize = 3 * 1024;
 
-/// The gRPC code of a request-level error.
-pub fn code_of(error: &ServeError) -> Code {
-    match error {
-        ServeError::Protocol(_)
-        | ServeError::InvalidInput(_)
-        | ServeError::Unreadable(_)
-        | ServeError::UnsupportedMediaType(_) => Code::InvalidArgument,
-        ServeError::ModelNotFound(_) | ServeError::VersionNotFound { .. } => Code::NotFound,
-        ServeError::BodyTooLarge { .. } => Code::ResourceExhausted,
-        ServeError::ModelNotReady(_) | ServeError::Queue(_) => Code::Unavailable,
-        ServeError::Internal(_) => Code::Internal,
-        ServeError::Unauthorized => Code::Unauthenticated,
-        ServeError::Forbidden(_) => Code::PermissionDenied,
-        ServeError::Repository(e) => match e {
-            RepositoryError::InvalidName(_) => Code::InvalidArgument,
-            RepositoryError::NoSuchFolder(_) | RepositoryError::NotLoaded(_) => Code::NotFound,
-            RepositoryError::Load { .. } => Code::Internal,
-        },
-    }
-}
-
 /// The gRPC status of a request-level error.
 pub fn status_of(error: &ServeError) -> Status {
-    status(code_of(error), &error.to_string())
+    status(code_for(error.status()), &error.to_string())
 }
 
 /// A status whose message is clipped to [`MESSAGE_BYTES`]: whatever a message quotes, it
@@ -102,7 +81,7 @@ pub enum EdgeError {
 /// The gRPC status of an edge refusal.
 pub fn edge_status(error: &EdgeError) -> Status {
     let code = match error {
-        EdgeError::MessageReadTimeout { .. } | EdgeError::AnswerUnread { .. } => item_code(408),
+        EdgeError::MessageReadTimeout { .. } | EdgeError::AnswerUnread { .. } => code_for(408),
         EdgeError::Budget(_) | EdgeError::Malformed(_) => Code::InvalidArgument,
     };
     status(code, &error.to_string())
@@ -134,8 +113,16 @@ pub fn malformed(code: Code, message: &str) -> Option<Code> {
         .then_some(Code::InvalidArgument)
 }
 
-/// The gRPC code of an HTTP-style item status (always 400..=599 by construction).
-pub fn item_code(status: u16) -> Code {
+/// The gRPC code of a protocol-neutral (HTTP-style) status: the table above.
+pub fn code_for(status: u16) -> Code {
+    match status {
+        200 => Code::Ok,
+        failed => failed_code(failed),
+    }
+}
+
+/// The gRPC code of a failure's status (always 400..=599 by construction).
+fn failed_code(status: u16) -> Code {
     match status {
         401 => Code::Unauthenticated,
         403 => Code::PermissionDenied,
@@ -151,10 +138,20 @@ pub fn item_code(status: u16) -> Code {
 
 /// The gRPC status of a single-item request's failure.
 pub fn item_status(error: &ItemError) -> Status {
-    let mut status = status(item_code(error.status), &error.message);
+    let mut status = status(code_for(error.status), &error.message);
     // The exact HTTP-style status (422 and 400 share a code), as for multi-item answers.
     insert_trailer(&mut status, item_status_json(&[Err(error.clone())]));
     status
+}
+
+/// The status a multi-item request whose items partly (or all) failed is answered with:
+/// its worst failed item's (500 if, against its name, none failed).
+pub fn worst_status(outcomes: &[ItemOutcome]) -> u16 {
+    outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().err().map(|e| e.status))
+        .max()
+        .unwrap_or(500)
 }
 
 /// The gRPC status of a multi-item request whose items partly (or all) failed.
@@ -164,7 +161,7 @@ pub fn multi_status(outcomes: &[ItemOutcome]) -> Status {
         .enumerate()
         .filter_map(|(i, o)| o.as_ref().err().map(|e| (i, e)))
         .collect();
-    let worst = failures.iter().map(|(_, e)| e.status).max().unwrap_or(500);
+    let worst = worst_status(outcomes);
     let mut message = format!(
         "{} of {} items failed; each item's status is in the {ITEM_STATUS_TRAILER} trailer",
         failures.len(),
@@ -174,10 +171,47 @@ pub fn multi_status(outcomes: &[ItemOutcome]) -> Status {
         let first = clip_bytes(&error.message, MESSAGE_BYTES);
         message.push_str(&format!("; item {index} ({}): {first}", error.status));
     }
-    let mut status = status(item_code(worst), &message);
+    let mut status = status(code_for(worst), &message);
     insert_trailer(&mut status, item_status_json(outcomes));
     status
 }
+
+/// The gRPC status codes' names, by number (as the gRPC specification spells them).
+const CODE_NAMES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// A gRPC status code's name ("OK", "INVALID_ARGUMENT", ...).
+pub fn code_name(code: Code) -> &'static str {
+    usize::try_from(code as i32)
+        .ok()
+        .and_then(|i| CODE_NAMES.get(i))
+        .copied()
+        .unwrap_or("UNKNOWN")
+}
+
+/// The gRPC edge's requests, counted by protocol-neutral status and named by the code
+/// each was answered with.
+pub static GRPC_EDGE: EdgeLabel = EdgeLabel {
+    name: "grpc",
+    status_name: Some(|status| code_name(code_for(status))),
+};
 
 fn insert_trailer(status: &mut Status, json: String) {
     // Visible ASCII by construction, so this cannot fail; were it ever to, the trailer
@@ -278,13 +312,67 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_item_status_has_a_code() {
-        assert_eq!(item_code(400), Code::InvalidArgument);
-        assert_eq!(item_code(422), Code::InvalidArgument);
-        assert_eq!(item_code(500), Code::Internal);
-        assert_eq!(item_code(503), Code::Unavailable);
-        assert_eq!(item_code(504), Code::DeadlineExceeded);
-        assert_eq!(item_code(599), Code::Internal);
+    fn every_status_has_a_code() {
+        let table = [
+            (200, Code::Ok),
+            (400, Code::InvalidArgument),
+            (401, Code::Unauthenticated),
+            (403, Code::PermissionDenied),
+            (404, Code::NotFound),
+            (408, Code::DeadlineExceeded),
+            (413, Code::ResourceExhausted),
+            (415, Code::InvalidArgument),
+            (422, Code::InvalidArgument),
+            (429, Code::ResourceExhausted),
+            (500, Code::Internal),
+            (501, Code::Unimplemented),
+            (503, Code::Unavailable),
+            (504, Code::DeadlineExceeded),
+            (599, Code::Internal),
+        ];
+        for (status, code) in table {
+            assert_eq!(code_for(status), code, "{status}");
+        }
+    }
+
+    /// Every request failure answers the code it answered before statuses were
+    /// protocol-neutral.
+    #[test]
+    fn request_failures_keep_their_codes() {
+        use crate::serving::{RepositoryError, SubmitError};
+        let cases = [
+            (ServeError::Unreadable("x".into()), Code::InvalidArgument),
+            (ServeError::ModelNotFound("m".into()), Code::NotFound),
+            (ServeError::ModelNotReady("m".into()), Code::Unavailable),
+            (
+                ServeError::Queue(SubmitError::Closed { model: "m".into() }),
+                Code::Unavailable,
+            ),
+            (ServeError::Internal("x".into()), Code::Internal),
+            (ServeError::Unauthorized, Code::Unauthenticated),
+            (ServeError::Forbidden("x".into()), Code::PermissionDenied),
+            (
+                ServeError::Repository(RepositoryError::InvalidName("x".into())),
+                Code::InvalidArgument,
+            ),
+            (
+                ServeError::Repository(RepositoryError::NotLoaded("x".into())),
+                Code::NotFound,
+            ),
+        ];
+        for (error, code) in cases {
+            assert_eq!(status_of(&error).code(), code, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn statuses_are_named_by_their_code() {
+        let name = GRPC_EDGE.status_name.unwrap();
+        assert_eq!(
+            (name(200), name(422), name(415), name(503)),
+            ("OK", "INVALID_ARGUMENT", "INVALID_ARGUMENT", "UNAVAILABLE")
+        );
+        assert_eq!(code_name(Code::Unauthenticated), "UNAUTHENTICATED");
     }
 
     #[test]

@@ -5,8 +5,9 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
+use super::error::HttpError;
 use super::response::HEADER_CONTENT_LENGTH;
-use crate::api::error::ServeError;
+use crate::api::ServeError;
 use crate::protocol::{clip, decode_request, InferRequest};
 
 /// Bodies larger than this are decoded on the blocking pool: a JSON body decodes at
@@ -19,14 +20,14 @@ pub const OFFLOAD_DECODE_BYTES: usize = 256 * 1024;
 /// coding other than the ones it decodes (none, and HTTP/1.1 chunked framing).
 ///
 /// A missing `Content-Type` is accepted: `tritonclient` sends none with binary data.
-pub fn check_media(headers: &HeaderMap) -> Result<(), ServeError> {
+pub fn check_media(headers: &HeaderMap) -> Result<(), HttpError> {
     if let Some(value) = headers.get(header::CONTENT_TYPE) {
         let text = value.to_str().unwrap_or("");
         let mut parts = text.split(';').map(str::trim);
         let essence = parts.next().unwrap_or("").to_ascii_lowercase();
         let json = essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"));
         if !(json || essence == "application/octet-stream") {
-            return Err(ServeError::UnsupportedMediaType(format!(
+            return Err(HttpError::UnsupportedMediaType(format!(
                 "Content-Type {} is not supported: send application/json (curl: -H 'Content-Type: application/json'), \
                  or application/octet-stream with the binary tensor data extension",
                 clip(text)
@@ -38,7 +39,7 @@ pub fn check_media(headers: &HeaderMap) -> Result<(), ServeError> {
             };
             let charset = charset.trim().trim_matches('"');
             if name.trim().eq_ignore_ascii_case("charset") && !charset.eq_ignore_ascii_case("utf-8") {
-                return Err(ServeError::UnsupportedMediaType(format!(
+                return Err(HttpError::UnsupportedMediaType(format!(
                     "charset {} is not supported: JSON bodies must be UTF-8",
                     clip(charset)
                 )));
@@ -57,11 +58,11 @@ pub fn check_media(headers: &HeaderMap) -> Result<(), ServeError> {
 
 /// Refuses a coding header (`Content-Encoding`, `Transfer-Encoding`) that lists any
 /// coding but `allowed`.
-fn only_codings(headers: &HeaderMap, name: header::HeaderName, allowed: &str, advice: &str) -> Result<(), ServeError> {
+fn only_codings(headers: &HeaderMap, name: header::HeaderName, allowed: &str, advice: &str) -> Result<(), HttpError> {
     for value in headers.get_all(&name) {
         let text = value.to_str().unwrap_or("?");
         if text.split(',').map(str::trim).any(|c| !c.eq_ignore_ascii_case(allowed)) {
-            return Err(ServeError::UnsupportedMediaType(format!(
+            return Err(HttpError::UnsupportedMediaType(format!(
                 "{name} {} is not supported: {advice}",
                 clip(text)
             )));
@@ -87,16 +88,16 @@ pub fn header_usize(headers: &HeaderMap, name: &str) -> Result<Option<usize>, Se
 }
 
 /// Reads the whole body, refusing (413) as soon as it passes `limit` bytes.
-pub async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<bytes::Bytes, ServeError> {
+pub async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<bytes::Bytes, HttpError> {
     if let Some(declared) = header_usize(headers, header::CONTENT_LENGTH.as_str())? {
         if declared > limit {
-            return Err(ServeError::BodyTooLarge { limit });
+            return Err(HttpError::BodyTooLarge { limit });
         }
     }
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ServeError::BodyTooLarge { limit }),
-        Err(e) => Err(ServeError::Unreadable(format!("cannot read the request body: {e}"))),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(HttpError::BodyTooLarge { limit }),
+        Err(e) => Err(ServeError::Unreadable(format!("cannot read the request body: {e}")).into()),
     }
 }
 

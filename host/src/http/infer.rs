@@ -1,4 +1,4 @@
-//! `POST /v2/models/{m}[/versions/{v}]/infer`: decode, infer, encode.
+//! `POST /v2/models/{m}[/versions/{v}]/infer`: decode, infer ([`InferCall`]), encode.
 
 use std::sync::Arc;
 
@@ -9,16 +9,22 @@ use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
 
 use super::body::{check_media, decode, read_body};
+use super::error::HttpError;
 use super::health::ModelPath;
 use super::metrics::Route;
 use super::response::{self, HEADER_CONTENT_LENGTH};
-use super::status::{item_status, status_of};
+use super::status::item_status;
 use super::AppState;
-use crate::api::{self, ServeError};
-use crate::model::outcome::ItemOutcome;
-use crate::protocol::{clip, encode_multi_status, encode_response, OutputOptions};
+use crate::api::{InferCall, Inferred, ServeError};
+use crate::protocol::{encode_multi_status, encode_response, InferRequest, OutputOptions};
 use crate::serving::items::Answer;
-use crate::serving::{Answered, Model, Protocol};
+use crate::serving::{EdgeLabel, Model};
+
+/// The REST edge's requests, counted by their HTTP status.
+static REST: EdgeLabel = EdgeLabel {
+    name: "rest",
+    status_name: None,
+};
 
 pub async fn infer(
     State(state): State<Arc<AppState>>,
@@ -38,116 +44,87 @@ pub async fn infer(
 }
 
 async fn handle(state: &AppState, name: String, version: Option<String>, headers: HeaderMap, body: Body) -> Response {
-    let arrived = std::time::Instant::now();
-    // A span per request costs even when nothing is printed, so it is a debug span; the
-    // lines logged at the default level carry the model (and id) themselves.
-    let span =
-        tracing::debug_span!("infer", model = %clip(&name), id = tracing::field::Empty, items = tracing::field::Empty);
-    let failed = |error: ServeError| {
-        let status = status_of(&error).as_u16();
-        span.in_scope(|| tracing::info!(model = %clip(&name), status, "request failed: {error}"));
-        error.into_response()
+    let call = match InferCall::start(&state.repository, &REST, &name, version.as_deref()) {
+        Ok(call) => call,
+        Err(error) => return error.into_response(),
     };
-    let model = match api::find_model(&state.repository, &name, version.as_deref()) {
-        Ok(model) => model,
-        Err(error) => return failed(error),
-    };
-    let response = match run(state, &model, &headers, body).instrument(span.clone()).await {
+    let response = match answer(state, &call, &headers, body).await {
         Ok(response) => response,
-        Err(error) => failed(error),
+        Err(error) => error.into_response(),
     };
-    let status = response.status().as_u16();
-    model
-        .stats
-        .record_request(Protocol::Rest, Answered::Http(status), arrived.elapsed());
+    call.answered(response.status().as_u16());
     response
 }
 
-async fn run(state: &AppState, model: &Arc<Model>, headers: &HeaderMap, body: Body) -> Result<Response, ServeError> {
+async fn answer(state: &AppState, call: &InferCall, headers: &HeaderMap, body: Body) -> Result<Response, HttpError> {
+    let request = match read(state, headers, body).instrument(call.span().clone()).await {
+        Ok(request) => request,
+        Err(error) => {
+            call.refused(error.status(), &error);
+            return Err(error);
+        }
+    };
+    let inferred = call.run(request).await?;
+    // A large answer takes milliseconds to encode: not on an async worker.
+    if inferred.output_bytes > OFFLOAD_ENCODE_BYTES {
+        let model = call.model().clone();
+        return tokio::task::spawn_blocking(move || encode(&model, inferred))
+            .await
+            .map_err(|e| ServeError::Internal(format!("encoding the answer failed: {e}")).into());
+    }
+    Ok(encode(call.model(), inferred))
+}
+
+/// The request in the body, if the edge can read it.
+async fn read(state: &AppState, headers: &HeaderMap, body: Body) -> Result<InferRequest, HttpError> {
     check_media(headers)?;
     let body = read_body(body, headers, state.max_body_bytes).await?;
-    let request = decode(body, headers).await?;
-    let span = tracing::Span::current();
-    if let Some(id) = &request.id {
-        span.record("id", &*clip(id));
-    }
-
-    let options = OutputOptions::from_request(&request);
-    let id = request.id.clone();
-    let inference = api::infer(model, request).await?;
-    span.record("items", inference.items);
-    let (model_name, model_version) = (model.config.name.clone(), model.config.version.clone());
-    let encode = move || encode(&model_name, &model_version, id.as_deref(), inference.answer, &options);
-    // A large answer takes milliseconds to encode: not on an async worker.
-    if inference.output_bytes > OFFLOAD_ENCODE_BYTES {
-        return tokio::task::spawn_blocking(encode)
-            .await
-            .map_err(|e| ServeError::Internal(format!("encoding the answer failed: {e}")));
-    }
-    Ok(encode())
+    Ok(decode(body, headers).await?)
 }
 
 /// Answers whose outputs hold more bytes than this are encoded on the blocking pool.
 const OFFLOAD_ENCODE_BYTES: usize = 256 * 1024;
 
-/// The HTTP answer to an assembled inference.
-fn encode(
+/// The HTTP answer to an inference.
+fn encode(model: &Model, inferred: Inferred) -> Response {
+    let Inferred {
+        answer, id, options, ..
+    } = inferred;
+    let (model_name, model_version) = (model.config.name.as_str(), model.config.version.as_str());
+    match answer {
+        Answer::Success(outputs) => success(model_name, model_version, id.as_deref(), &outputs, &options),
+        Answer::Failure(error) => response::error(item_status(&error), &error.message),
+        Answer::MultiStatus(results) => response::json(
+            StatusCode::MULTI_STATUS,
+            encode_multi_status(model_name, model_version, id.as_deref(), &results),
+        ),
+    }
+}
+
+fn success(
     model_name: &str,
     model_version: &str,
     id: Option<&str>,
-    answer: Answer,
+    outputs: &[crate::model::tensor::Tensor],
     options: &OutputOptions,
 ) -> Response {
-    match answer {
-        Answer::Success(outputs) => {
-            let encoded = encode_response(model_name, model_version, id, &outputs, options);
-            let mut response = match encoded.json_header_len {
-                None => response::json(StatusCode::OK, encoded.body),
-                Some(len) => {
-                    let mut r = (StatusCode::OK, encoded.body).into_response();
-                    r.headers_mut().insert(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/octet-stream"),
-                    );
-                    r.headers_mut().insert(HEADER_CONTENT_LENGTH, HeaderValue::from(len));
-                    r
-                }
-            };
-            response
-                .headers_mut()
-                .insert("x-tensorplug-model-version", header_value(model_version));
-            response
-        }
-        Answer::Failure(error) => {
-            let status = item_status(&error);
-            tracing::info!(
-                model = model_name,
-                id = id.map(clip).as_deref(),
-                status = error.status,
-                "item failed: {}",
-                error.message
+    let encoded = encode_response(model_name, model_version, id, outputs, options);
+    let mut response = match encoded.json_header_len {
+        None => response::json(StatusCode::OK, encoded.body),
+        Some(len) => {
+            let mut r = (StatusCode::OK, encoded.body).into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
             );
-            response::error(status, &error.message)
+            r.headers_mut().insert(HEADER_CONTENT_LENGTH, HeaderValue::from(len));
+            r
         }
-        Answer::MultiStatus(outcomes) => {
-            let failed = outcomes.iter().filter(|o| o.is_err()).count();
-            tracing::info!(
-                model = model_name,
-                id = id.map(clip).as_deref(),
-                failed,
-                items = outcomes.len(),
-                "multi-status answer"
-            );
-            let results: Vec<ItemOutcome> = outcomes
-                .into_iter()
-                .map(|o| o.map(|item| options.filter(item)))
-                .collect();
-            response::json(
-                StatusCode::MULTI_STATUS,
-                encode_multi_status(model_name, model_version, id, &results),
-            )
-        }
-    }
+    };
+    response
+        .headers_mut()
+        .insert("x-tensorplug-model-version", header_value(model_version));
+    response
 }
 
 fn header_value(text: &str) -> HeaderValue {

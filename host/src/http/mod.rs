@@ -5,6 +5,7 @@
 
 mod body;
 pub mod connections;
+mod error;
 mod health;
 mod infer;
 pub mod metrics;

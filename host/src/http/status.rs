@@ -1,55 +1,77 @@
-//! The one mapping from errors to HTTP statuses: request-level [`ServeError`]s, and
-//! item-level [`ItemError`]s (whose status the plugin or the pipeline chose).
+//! The REST edge's statuses: a protocol-neutral status (a [`ServeError`]'s, an
+//! [`ItemError`]'s) is already an HTTP status number, so it is only converted; the edge's
+//! own refusals ([`HttpError`]) get theirs here; and errors become answers.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::error::HttpError;
 use super::response;
 use crate::api::ServeError;
 use crate::model::outcome::ItemError;
-use crate::serving::{RepositoryError, SubmitError};
 
-/// The HTTP status of a request-level error.
-pub fn status_of(error: &ServeError) -> StatusCode {
-    match error {
-        ServeError::Protocol(_) | ServeError::InvalidInput(_) | ServeError::Unreadable(_) => StatusCode::BAD_REQUEST,
-        ServeError::ModelNotFound(_) | ServeError::VersionNotFound { .. } => StatusCode::NOT_FOUND,
-        ServeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-        ServeError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        ServeError::ModelNotReady(_) | ServeError::Queue(_) => StatusCode::SERVICE_UNAVAILABLE,
-        ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        ServeError::Unauthorized => StatusCode::UNAUTHORIZED,
-        ServeError::Forbidden(_) => StatusCode::FORBIDDEN,
-        ServeError::Repository(e) => match e {
-            RepositoryError::InvalidName(_) => StatusCode::BAD_REQUEST,
-            RepositoryError::NoSuchFolder(_) | RepositoryError::NotLoaded(_) => StatusCode::NOT_FOUND,
-            RepositoryError::Load { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-        },
-    }
+/// The HTTP status of a protocol-neutral status number (always 100..=599 by construction).
+pub fn http_status(status: u16) -> StatusCode {
+    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
-/// The HTTP status of an item's error: its own (always 400..=599 by construction).
+/// The HTTP status of an item's error: its own.
 pub fn item_status(error: &ItemError) -> StatusCode {
-    StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    http_status(error.status)
 }
 
-/// Seconds a client should wait before retrying, for overload answers.
-fn retry_after(error: &ServeError) -> Option<u32> {
-    match error {
-        ServeError::Queue(SubmitError::QueueFull { .. }) | ServeError::ModelNotReady(_) => Some(1),
-        _ => None,
+impl HttpError {
+    /// The HTTP status number this refusal is answered with.
+    pub fn status(&self) -> u16 {
+        match self {
+            HttpError::UnsupportedMediaType(_) => 415,
+            HttpError::BodyTooLarge { .. } => 413,
+            HttpError::Serve(error) => error.status(),
+        }
     }
 }
 
 impl IntoResponse for ServeError {
     fn into_response(self) -> Response {
-        let status = status_of(&self);
-        let mut response = response::error(status, &self.to_string());
-        if let Some(seconds) = retry_after(&self) {
+        let mut response = response::error(http_status(self.status()), &self.to_string());
+        if let Some(wait) = self.retry_after() {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+                .insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
         }
         response
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        match self {
+            HttpError::Serve(error) => error.into_response(),
+            other => response::error(http_status(other.status()), &other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serving::SubmitError;
+
+    #[test]
+    fn the_edges_own_refusals_and_the_shared_ones_answer_their_statuses() {
+        let unsupported = HttpError::UnsupportedMediaType("text/plain".into()).into_response();
+        assert_eq!(unsupported.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let large = HttpError::BodyTooLarge { limit: 1 }.into_response();
+        assert_eq!(large.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let full = HttpError::from(ServeError::Queue(SubmitError::QueueFull {
+            model: "m".into(),
+            capacity: 1,
+        }))
+        .into_response();
+        assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(full.headers()[header::RETRY_AFTER], "1");
+        let absent = ServeError::ModelNotFound("m".into()).into_response();
+        assert_eq!(absent.status(), StatusCode::NOT_FOUND);
+        assert!(absent.headers().get(header::RETRY_AFTER).is_none());
     }
 }

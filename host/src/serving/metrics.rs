@@ -17,7 +17,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::histogram::AtomicHistogram;
-use super::stats::{Histograms, Protocol, StatsSnapshot};
+use super::stats::{Histograms, ModelStats, StatsSnapshot};
 use super::{Model, Repository};
 use crate::model::openmetrics::{Escaped, EscapedLabels};
 use crate::model::StageKind;
@@ -116,7 +116,7 @@ struct HistogramFamily {
     name: &'static str,
     help: &'static str,
     /// Extra labels and the histogram, for each series of one version.
-    series: fn(&Histograms) -> Vec<(ExtraLabel, &AtomicHistogram)>,
+    series: for<'a> fn(&'a ModelStats, &'a Histograms) -> Vec<(ExtraLabel, &'a AtomicHistogram)>,
 }
 
 /// A gauge of every version: name, help, and how to read it.
@@ -126,17 +126,17 @@ const HISTOGRAMS: [HistogramFamily; 4] = [
     HistogramFamily {
         name: "tensorplug_queue_wait_seconds",
         help: "Time items waited in the queue before their batch was dispatched",
-        series: |h| vec![(None, &h.queue_wait)],
+        series: |_, h| vec![(None, &h.queue_wait)],
     },
     HistogramFamily {
         name: "tensorplug_batch_size",
         help: "Items per batch run through the pipeline",
-        series: |h| vec![(None, &h.batch_size)],
+        series: |_, h| vec![(None, &h.batch_size)],
     },
     HistogramFamily {
         name: "tensorplug_stage_seconds",
         help: "Time each stage took per batch (instance replacements and trap bisection included)",
-        series: |h| {
+        series: |_, h| {
             [StageKind::Preprocess, StageKind::Predict, StageKind::Postprocess]
                 .into_iter()
                 .zip(&h.stage)
@@ -147,11 +147,10 @@ const HISTOGRAMS: [HistogramFamily; 4] = [
     HistogramFamily {
         name: "tensorplug_request_duration_seconds",
         help: "Time from a request's arrival to its answer, by protocol",
-        series: |h| {
-            Protocol::ALL
-                .into_iter()
-                .zip(&h.request)
-                .map(|(protocol, histogram)| (Some(("protocol", protocol.name())), histogram))
+        series: |stats, _| {
+            stats
+                .edges()
+                .filter_map(|(edge, histogram)| Some((Some(("protocol", edge.name)), histogram?)))
                 .collect()
         },
     },
@@ -183,11 +182,8 @@ impl Collector for ModelsCollector {
             MetricType::Counter,
         )?;
         for ((_, model), (labels, _)) in models.iter().zip(&snapshots) {
-            for (protocol, status, count) in model.stats.requests() {
-                let extra = [
-                    ("protocol", Escaped(protocol.name())),
-                    ("status", Escaped(status.as_str())),
-                ];
+            for (edge, status, count) in model.stats.requests() {
+                let extra = [("protocol", Escaped(edge)), ("status", Escaped(&*status))];
                 ConstCounter::new(count).encode(metric.encode_family(&(*labels, extra))?)?;
             }
         }
@@ -198,7 +194,7 @@ impl Collector for ModelsCollector {
                 let Some(histograms) = model.stats.histograms() else {
                     continue;
                 };
-                for (extra, histogram) in (family.series)(histograms) {
+                for (extra, histogram) in (family.series)(&model.stats, histograms) {
                     let extra: Vec<_> = extra.into_iter().map(|(name, value)| (name, Escaped(value))).collect();
                     histogram.encode(metric.encode_family(&(*labels, extra))?)?;
                 }

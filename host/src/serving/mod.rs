@@ -17,5 +17,5 @@ pub use batcher::SubmitError;
 pub use instances::Completion;
 pub use model::{LoadError, Model};
 pub use repository::{Entry, ModelState, ModelStatus, Repository, RepositoryError};
-pub use stats::{grpc_code_name, Answered, ModelStats, Protocol, StatsSnapshot};
+pub use stats::{EdgeLabel, ModelStats, StatsSnapshot};
 pub use watch::{watch, RepositoryWatch};

@@ -2,75 +2,56 @@
 //! gRPC `ModelStatistics`), by `/metrics` and by tests that prove batching.
 //!
 //! Counters are relaxed atomics, and so are the histograms ([`AtomicHistogram`]), which
-//! are kept only when metrics are on. Requests are counted per protocol and answer status in fixed arrays, so
-//! counting one costs an atomic add and no lock or allocation.
+//! are kept only when metrics are on. Requests are counted per edge (by the [`EdgeLabel`] the edge passes)
+//! and protocol-neutral status in fixed arrays, so counting one costs a few atomic reads
+//! and adds and no lock or allocation (but the first of an edge's).
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::histogram::AtomicHistogram;
 
 use crate::model::StageKind;
 
-/// The edge a request came in through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    Rest,
-    Grpc,
+/// The label an edge passes with every request it answers: under what name its requests
+/// are counted, and how the metrics page names the statuses it answered. Each edge
+/// defines its own; the statistics know none of them by name.
+#[derive(Debug)]
+pub struct EdgeLabel {
+    /// The `protocol` label of the edge's series ("rest", "grpc").
+    pub name: &'static str,
+    /// The `status` label of a protocol-neutral status answered through the edge, for an
+    /// edge whose wire status is not that number (several numbers may share a name); None:
+    /// the number itself.
+    pub status_name: Option<fn(u16) -> &'static str>,
 }
 
-impl Protocol {
-    pub const ALL: [Protocol; 2] = [Protocol::Rest, Protocol::Grpc];
+/// Protocol-neutral statuses counted: 100..=599.
+const STATUSES: usize = 500;
+/// Edges counted apart per model version; the requests of any more are counted in the
+/// totals only.
+const EDGES: usize = 4;
 
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Rest => "rest",
-            Protocol::Grpc => "grpc",
+/// The requests one edge answered for one model version.
+#[derive(Debug)]
+struct EdgeRequests {
+    edge: &'static EdgeLabel,
+    /// By protocol-neutral status, from 100.
+    statuses: Box<[AtomicU64]>,
+    /// Seconds from a request's arrival at the edge to its answer; None when metrics are off.
+    duration: Option<AtomicHistogram>,
+}
+
+impl EdgeRequests {
+    fn new(edge: &'static EdgeLabel, histogram: bool) -> Self {
+        Self {
+            edge,
+            statuses: (0..STATUSES).map(|_| AtomicU64::new(0)).collect(),
+            duration: histogram.then(AtomicHistogram::latency),
         }
     }
-}
-
-/// How a request was answered: an HTTP status (REST) or a gRPC status code (gRPC).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Answered {
-    Http(u16),
-    Grpc(i32),
-}
-
-/// HTTP statuses counted: 100..=599.
-const HTTP_STATUSES: usize = 500;
-/// gRPC status codes: 0 (OK) ..= 16 (UNAUTHENTICATED).
-const GRPC_CODES: usize = 17;
-
-/// The gRPC status codes' names, by number (as the gRPC specification spells them).
-const GRPC_CODE_NAMES: [&str; GRPC_CODES] = [
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-];
-
-/// A gRPC status code's name ("OK", "INVALID_ARGUMENT", ...); "UNKNOWN" for a number
-/// outside the specification's.
-pub fn grpc_code_name(code: i32) -> &'static str {
-    usize::try_from(code)
-        .ok()
-        .and_then(|i| GRPC_CODE_NAMES.get(i))
-        .copied()
-        .unwrap_or("UNKNOWN")
 }
 
 /// The latency histograms of one model version.
@@ -82,8 +63,6 @@ pub struct Histograms {
     pub batch_size: AtomicHistogram,
     /// Seconds each stage took per batch, by [`StageKind`] (preprocess, predict, postprocess).
     pub stage: [AtomicHistogram; 3],
-    /// Seconds from a request's arrival at the edge to its answer, by [`Protocol`].
-    pub request: [AtomicHistogram; 2],
 }
 
 impl Histograms {
@@ -95,7 +74,6 @@ impl Histograms {
             queue_wait: seconds(),
             batch_size: AtomicHistogram::sizes(),
             stage: [seconds(), seconds(), seconds()],
-            request: [seconds(), seconds()],
         }
     }
 }
@@ -140,8 +118,9 @@ pub struct ModelStats {
     requests_ok_ns: AtomicU64,
     requests_failed: AtomicU64,
     requests_failed_ns: AtomicU64,
-    http_requests: Box<[AtomicU64]>,
-    grpc_requests: [AtomicU64; GRPC_CODES],
+    /// Requests by the edge they came through, each edge in the first slot free when it
+    /// answered its first request.
+    edges: [OnceLock<EdgeRequests>; EDGES],
     /// None when metrics are off (`--metrics off`).
     histograms: Option<Histograms>,
 }
@@ -197,8 +176,7 @@ impl ModelStats {
             requests_ok_ns: AtomicU64::new(0),
             requests_failed: AtomicU64::new(0),
             requests_failed_ns: AtomicU64::new(0),
-            http_requests: (0..HTTP_STATUSES).map(|_| AtomicU64::new(0)).collect(),
-            grpc_requests: std::array::from_fn(|_| AtomicU64::new(0)),
+            edges: std::array::from_fn(|_| OnceLock::new()),
             histograms: histograms.then(Histograms::new),
         }
     }
@@ -264,43 +242,70 @@ impl ModelStats {
         }
     }
 
-    /// A request to this model was answered, `elapsed` after it arrived.
-    pub fn record_request(&self, protocol: Protocol, answered: Answered, elapsed: Duration) {
-        let counter = match answered {
-            Answered::Http(status) => usize::from(status)
-                .checked_sub(100)
-                .and_then(|i| self.http_requests.get(i)),
-            Answered::Grpc(code) => usize::try_from(code).ok().and_then(|i| self.grpc_requests.get(i)),
-        };
-        if let Some(counter) = counter {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-        let (count, ns) = match answered {
-            Answered::Http(200) | Answered::Grpc(0) => (&self.requests_ok, &self.requests_ok_ns),
-            _ => (&self.requests_failed, &self.requests_failed_ns),
+    /// A request to this model came in through `edge` and was answered with the
+    /// protocol-neutral `status` (an HTTP status number: 200 in full, anything else a
+    /// failure), `elapsed` after it arrived.
+    pub fn record_request(&self, edge: &'static EdgeLabel, status: u16, elapsed: Duration) {
+        let (count, ns) = if status == 200 {
+            (&self.requests_ok, &self.requests_ok_ns)
+        } else {
+            (&self.requests_failed, &self.requests_failed_ns)
         };
         count.fetch_add(1, Ordering::Relaxed);
         ns.fetch_add(nanos(elapsed), Ordering::Relaxed);
-        if let Some(h) = &self.histograms {
-            let index = Protocol::ALL.iter().position(|p| *p == protocol).unwrap_or(0);
-            h.request[index].observe_duration(elapsed);
+        let Some(requests) = self.edge_requests(edge) else {
+            return;
+        };
+        if let Some(counter) = usize::from(status)
+            .checked_sub(100)
+            .and_then(|i| requests.statuses.get(i))
+        {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(histogram) = &requests.duration {
+            histogram.observe_duration(elapsed);
         }
     }
 
-    /// Requests answered so far, as (protocol, status label, count), zero counts left out.
-    /// REST statuses are numbers ("200"), gRPC codes names ("INVALID_ARGUMENT").
-    pub fn requests(&self) -> Vec<(Protocol, String, u64)> {
-        let mut rows = Vec::new();
-        for (i, counter) in self.http_requests.iter().enumerate() {
-            let count = counter.load(Ordering::Relaxed);
-            if count > 0 {
-                rows.push((Protocol::Rest, (i + 100).to_string(), count));
-            }
-        }
-        for (name, counter) in GRPC_CODE_NAMES.iter().zip(&self.grpc_requests) {
-            let count = counter.load(Ordering::Relaxed);
-            if count > 0 {
-                rows.push((Protocol::Grpc, (*name).to_owned(), count));
+    /// `edge`'s counters: its slot, or the first free one (taken for it); None when every
+    /// slot is another edge's.
+    fn edge_requests(&self, edge: &'static EdgeLabel) -> Option<&EdgeRequests> {
+        self.edges
+            .iter()
+            .map(|slot| slot.get_or_init(|| EdgeRequests::new(edge, self.histograms.is_some())))
+            .find(|requests| requests.edge.name == edge.name)
+    }
+
+    /// The edges that answered requests to this model, in the order they first did, each
+    /// with its request-duration histogram (when metrics are on).
+    pub fn edges(&self) -> impl Iterator<Item = (&'static EdgeLabel, Option<&AtomicHistogram>)> {
+        self.edges
+            .iter()
+            .filter_map(OnceLock::get)
+            .map(|requests| (requests.edge, requests.duration.as_ref()))
+    }
+
+    /// Requests answered so far, as (edge, status label, count), zero counts left out: the
+    /// status number, or the name the edge gives it (statuses of one name counted
+    /// together, in the order of their first number).
+    pub fn requests(&self) -> Vec<(&'static str, Cow<'static, str>, u64)> {
+        let mut rows: Vec<(&'static str, Cow<'static, str>, u64)> = Vec::new();
+        for requests in self.edges.iter().filter_map(OnceLock::get) {
+            let first = rows.len();
+            for (i, counter) in requests.statuses.iter().enumerate() {
+                let count = counter.load(Ordering::Relaxed);
+                if count == 0 {
+                    continue;
+                }
+                let status = u16::try_from(i + 100).unwrap_or(u16::MAX);
+                let label = match requests.edge.status_name {
+                    None => Cow::Owned(status.to_string()),
+                    Some(name) => Cow::Borrowed(name(status)),
+                };
+                match rows[first..].iter_mut().find(|row| row.1 == label) {
+                    Some(row) => row.2 += count,
+                    None => rows.push((requests.edge.name, label, count)),
+                }
             }
         }
         rows
@@ -311,26 +316,44 @@ impl ModelStats {
 mod tests {
     use super::*;
 
+    static REST: EdgeLabel = EdgeLabel {
+        name: "rest",
+        status_name: None,
+    };
+    static NAMED: EdgeLabel = EdgeLabel {
+        name: "named",
+        status_name: Some(|status| if status < 500 { "CLIENT" } else { "SERVER" }),
+    };
+
     #[test]
-    fn requests_are_counted_by_protocol_and_status() {
+    fn requests_are_counted_by_edge_and_status() {
         let stats = ModelStats::new(true);
         let ms = Duration::from_millis(1);
-        stats.record_request(Protocol::Rest, Answered::Http(200), ms);
-        stats.record_request(Protocol::Rest, Answered::Http(200), ms);
-        stats.record_request(Protocol::Rest, Answered::Http(207), ms);
-        stats.record_request(Protocol::Grpc, Answered::Grpc(3), ms);
-        // Out of range: not counted, no panic.
-        stats.record_request(Protocol::Rest, Answered::Http(42), ms);
-        stats.record_request(Protocol::Grpc, Answered::Grpc(99), ms);
-        stats.record_request(Protocol::Grpc, Answered::Grpc(-1), ms);
+        stats.record_request(&REST, 200, ms);
+        stats.record_request(&NAMED, 422, ms);
+        stats.record_request(&REST, 200, ms);
+        stats.record_request(&REST, 207, ms);
+        stats.record_request(&NAMED, 400, ms);
+        stats.record_request(&NAMED, 503, ms);
+        // Out of range: not counted by status, no panic.
+        stats.record_request(&REST, 42, ms);
+        stats.record_request(&REST, 600, ms);
         assert_eq!(
             stats.requests(),
             vec![
-                (Protocol::Rest, "200".into(), 2),
-                (Protocol::Rest, "207".into(), 1),
-                (Protocol::Grpc, "INVALID_ARGUMENT".into(), 1),
+                ("rest", "200".into(), 2),
+                ("rest", "207".into(), 1),
+                ("named", "CLIENT".into(), 2),
+                ("named", "SERVER".into(), 1),
             ]
         );
+        let s = stats.snapshot();
+        assert_eq!((s.requests_ok, s.requests_failed), (2, 6));
+        let durations: Vec<_> = stats
+            .edges()
+            .map(|(edge, h)| (edge.name, h.map(|h| h.count())))
+            .collect();
+        assert_eq!(durations, vec![("rest", Some(5)), ("named", Some(3))]);
     }
 
     #[test]

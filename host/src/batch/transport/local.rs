@@ -1,5 +1,5 @@
 //! In-process: the model loaded from a repository folder into this process, and requests
-//! handed to the same [`crate::api::infer`] the server's edges call — the same repository,
+//! handed to the same [`crate::api::InferCall`] the server's edges make — the same repository,
 //! batcher, instance threads and pipeline as `serve`, with no socket and no encoding in
 //! between. Only the requested model is loaded.
 
@@ -8,12 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Failure, ModelInfo, Reply, SetupError};
-use crate::api::{self, ServeError};
+use crate::api::{self, InferCall, ServeError};
 use crate::batch::Options;
-use crate::protocol::{InferRequest, OutputOptions};
+use crate::protocol::InferRequest;
 use crate::runtime::Runtime;
 use crate::serving::items::Answer;
-use crate::serving::{Repository, RepositoryError};
+use crate::serving::{EdgeLabel, Repository, RepositoryError};
+
+/// Requests run in this process, counted by their protocol-neutral status.
+static IN_PROCESS: EdgeLabel = EdgeLabel {
+    name: "in-process",
+    status_name: None,
+};
 
 /// How long closing waits for the model's instance threads to finish.
 const CLOSE_GRACE: Duration = Duration::from_secs(10);
@@ -63,29 +69,38 @@ impl Local {
     pub(crate) async fn infer(&self, request: InferRequest) -> Result<Reply, Failure> {
         // Looked up per request (a lock-free read), so that closing can wait for the
         // last request to let go of the model.
-        let model = api::find_model(&self.repository, &self.model, self.version.as_deref()).map_err(|e| refused(&e))?;
-        let options = OutputOptions::from_request(&request);
-        let inference = match tokio::time::timeout(self.timeout, api::infer(&model, request)).await {
+        let call = InferCall::start(&self.repository, &IN_PROCESS, &self.model, self.version.as_deref())
+            .map_err(|e| refused(&e))?;
+        let inferred = match tokio::time::timeout(self.timeout, call.run(request)).await {
             Err(_) => return Err(Failure::timed_out(self.timeout)),
-            Ok(result) => result.map_err(|e| refused(&e))?,
+            Ok(Err(error)) => {
+                call.answered(error.status());
+                return Err(refused(&error));
+            }
+            Ok(Ok(inferred)) => inferred,
         };
-        let (model_name, model_version) = (model.config.name.clone(), model.config.version.clone());
-        match inference.answer {
-            Answer::Success(outputs) => Ok(Reply::Success {
-                model_name,
-                model_version,
-                outputs: options.filter(outputs),
-            }),
-            Answer::Failure(error) => Err(Failure::answered(error.status, error.message, None)),
-            Answer::MultiStatus(outcomes) => Ok(Reply::Items {
-                model_name,
-                model_version,
-                results: outcomes
-                    .into_iter()
-                    .map(|outcome| outcome.map(|item| options.filter(item)))
-                    .collect(),
-            }),
-        }
+        let (model_name, model_version) = (call.model().config.name.clone(), call.model().config.version.clone());
+        let (status, reply) = match inferred.answer {
+            Answer::Success(outputs) => (
+                200,
+                Ok(Reply::Success {
+                    model_name,
+                    model_version,
+                    outputs,
+                }),
+            ),
+            Answer::Failure(error) => (error.status, Err(Failure::answered(error.status, error.message, None))),
+            Answer::MultiStatus(results) => (
+                207,
+                Ok(Reply::Items {
+                    model_name,
+                    model_version,
+                    results,
+                }),
+            ),
+        };
+        call.answered(status);
+        reply
     }
 
     /// Stops the model: its queue empties and its instance threads exit.
@@ -97,24 +112,8 @@ impl Local {
     }
 }
 
-/// A request refused before any item ran, with the HTTP status the REST edge answers it
-/// with (and its `Retry-After` of 1 s for an overloaded or loading model).
+/// A request refused before any item ran, with its status (the one the REST edge answers)
+/// and how long to wait before retrying it.
 fn refused(error: &ServeError) -> Failure {
-    let status = match error {
-        ServeError::Protocol(_) | ServeError::InvalidInput(_) | ServeError::Unreadable(_) => 400,
-        ServeError::Unauthorized => 401,
-        ServeError::Forbidden(_) => 403,
-        ServeError::ModelNotFound(_) | ServeError::VersionNotFound { .. } => 404,
-        ServeError::BodyTooLarge { .. } => 413,
-        ServeError::UnsupportedMediaType(_) => 415,
-        ServeError::ModelNotReady(_) | ServeError::Queue(_) => 503,
-        ServeError::Internal(_) => 500,
-        ServeError::Repository(e) => match e {
-            RepositoryError::InvalidName(_) => 400,
-            RepositoryError::NoSuchFolder(_) | RepositoryError::NotLoaded(_) => 404,
-            RepositoryError::Load { .. } => 500,
-        },
-    };
-    let retry_after = (status == 503).then_some(Duration::from_secs(1));
-    Failure::answered(status, error.to_string(), retry_after)
+    Failure::answered(error.status(), error.to_string(), error.retry_after())
 }

@@ -1,0 +1,160 @@
+//! [`InferCall`]: the one inference path every edge takes. An edge decodes its wire
+//! format into an [`InferRequest`], starts a call (the model looked up), runs it, encodes
+//! what comes back and says what it answered; the call applies the output options, logs
+//! the outcome inside the request's debug span, and counts the answer in the model's
+//! statistics under the edge's label.
+
+use std::fmt::Display;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::{Instrument, Span};
+
+use super::error::ServeError;
+use super::infer::{find_model, infer};
+use crate::protocol::{clip, InferRequest, OutputOptions};
+use crate::serving::items::Answer;
+use crate::serving::{EdgeLabel, Model, Repository};
+
+/// One inference request on its way through the server, from its model's lookup to its
+/// counted answer.
+pub struct InferCall {
+    model: Arc<Model>,
+    edge: &'static EdgeLabel,
+    arrived: Instant,
+    span: Span,
+}
+
+/// What a call answered.
+pub struct Inferred {
+    /// The outcome, every item's outputs already cut to the requested ones, in requested
+    /// order.
+    pub answer: Answer,
+    /// The request's id, to echo.
+    pub id: Option<String>,
+    /// The request's output choices (binary or JSON, per output).
+    pub options: OutputOptions,
+    /// Bytes of tensor data in the answer (its encoding costs about that much work).
+    pub output_bytes: usize,
+}
+
+impl InferCall {
+    /// Starts a call of `name` (at `version`, if given) that came in through `edge`. A model
+    /// not served is logged as a failed request and not counted (there is no model to
+    /// count it in).
+    pub fn start(
+        repository: &Repository,
+        edge: &'static EdgeLabel,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<InferCall, ServeError> {
+        let arrived = Instant::now();
+        // A span per request costs even when nothing is printed, so it is a debug span; the
+        // lines logged at the default level carry the model (and id) themselves.
+        let span = tracing::debug_span!(
+            "infer",
+            edge = edge.name,
+            model = %clip(name),
+            id = tracing::field::Empty,
+            items = tracing::field::Empty
+        );
+        match find_model(repository, name, version) {
+            Ok(model) => Ok(InferCall {
+                model,
+                edge,
+                arrived,
+                span,
+            }),
+            Err(error) => {
+                span.in_scope(|| log_failed(name, error.status(), &error));
+                Err(error)
+            }
+        }
+    }
+
+    /// The model the call runs on.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// The request's span, for the edge's own steps (decoding) to run in.
+    pub fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// Logs a request the edge refused before it ran (an unreadable message, a body too
+    /// large), with the protocol-neutral `status` it answers.
+    pub fn refused(&self, status: u16, error: &dyn Display) {
+        self.span
+            .in_scope(|| log_failed(&self.model.config.name, status, error));
+    }
+
+    /// Runs `request`: the answer with the requested outputs only, a failed item or every
+    /// item's outcome logged. A failure of the whole request is logged too.
+    pub async fn run(&self, request: InferRequest) -> Result<Inferred, ServeError> {
+        let result = self.run_logged(request).instrument(self.span.clone()).await;
+        if let Err(error) = &result {
+            self.refused(error.status(), error);
+        }
+        result
+    }
+
+    async fn run_logged(&self, request: InferRequest) -> Result<Inferred, ServeError> {
+        if let Some(id) = &request.id {
+            self.span.record("id", &*clip(id));
+        }
+        let options = OutputOptions::from_request(&request);
+        let id = request.id.clone();
+        let assembled = infer(&self.model, request).await?;
+        self.span.record("items", assembled.items);
+        let model = self.model.config.name.as_str();
+        let answer = match assembled.answer {
+            Answer::Success(outputs) => Answer::Success(options.filter(outputs)),
+            Answer::Failure(error) => {
+                tracing::info!(
+                    model,
+                    id = id.as_deref().map(clip).as_deref(),
+                    status = error.status,
+                    "item failed: {}",
+                    error.message
+                );
+                Answer::Failure(error)
+            }
+            Answer::MultiStatus(outcomes) => {
+                let failed = outcomes.iter().filter(|o| o.is_err()).count();
+                tracing::info!(
+                    model,
+                    id = id.as_deref().map(clip).as_deref(),
+                    failed,
+                    items = outcomes.len(),
+                    "multi-status answer"
+                );
+                Answer::MultiStatus(
+                    outcomes
+                        .into_iter()
+                        .map(|o| o.map(|item| options.filter(item)))
+                        .collect(),
+                )
+            }
+        };
+        Ok(Inferred {
+            answer,
+            id,
+            options,
+            output_bytes: assembled.output_bytes,
+        })
+    }
+
+    /// Counts the call in its model's statistics: answered with the protocol-neutral
+    /// `status` (an HTTP status number), now.
+    pub fn answered(self, status: u16) {
+        self.model
+            .stats
+            .record_request(self.edge, status, self.arrived.elapsed());
+    }
+}
+
+/// The one "request failed" line (failed items are logged where they are answered).
+fn log_failed(model: &str, status: u16, error: &dyn Display) {
+    tracing::info!(model = %clip(model), status, "request failed: {error}");
+}
