@@ -1,14 +1,14 @@
 //! The layering of [`crate`], checked: every `crate::<module>` a source file names must
 //! be its own layer or one below. Protocol and serving sit side by side (neither names
-//! the other), and so do the two edges, http and grpc.
+//! the other), and so do the three front doors: the two edges, http and grpc, and batch
+//! (`tensorplug infer`), which speaks both wire formats through protocol.
 
 use std::path::Path;
 
 /// Top-level modules from the top layer down; modules on one line are peers.
 const LAYERS: &[&[&str]] = &[
     &["app"],
-    &["batch"],
-    &["http", "grpc"],
+    &["batch", "http", "grpc"],
     &["api"],
     &["protocol", "serving"],
     &["pipeline"],

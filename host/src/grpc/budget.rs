@@ -311,8 +311,8 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::grpc::proto::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
-    use crate::grpc::proto::{InferTensorContents, ModelInferRequest};
+    use crate::protocol::grpc::proto::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+    use crate::protocol::grpc::proto::{InferTensorContents, ModelInferRequest};
 
     fn input(contents: InferTensorContents) -> InferInputTensor {
         InferInputTensor {

@@ -12,8 +12,8 @@ use tonic::{Code, Status};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
 use super::budget::{check_infer_request, contents_counts, split_contents};
-use super::proto::{InferTensorContents, ModelInferRequest};
 use super::status::{edge_status, status, EdgeError};
+use crate::protocol::grpc::proto::{InferTensorContents, ModelInferRequest};
 
 /// [`ProstCodec`] with the decode-cost check in front of its decoder.
 #[derive(Debug)]
@@ -122,7 +122,7 @@ pub fn decode_infer_request(bytes: &[u8]) -> Result<ModelInferRequest, EdgeError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grpc::proto::model_infer_request::InferInputTensor;
+    use crate::protocol::grpc::proto::model_infer_request::InferInputTensor;
 
     #[test]
     fn split_decoding_gives_what_prost_gives() {

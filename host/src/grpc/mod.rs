@@ -2,9 +2,9 @@
 //! tonic, with the standard `grpc.health.v1.Health` and server reflection (v1 and
 //! v1alpha) beside it.
 //!
-//! Like the REST edge it only translates: requests are taken apart from their protobuf
-//! messages and rebuilt as [`crate::protocol::InferRequest`]s under the same caps and
-//! validation as REST ([`crate::protocol::InferRequest::from_parts`]), run through
+//! Like the REST edge it only translates: requests are read from their protobuf messages
+//! ([`crate::protocol::grpc`], the wire format every side shares) into
+//! [`crate::protocol::InferRequest`]s under the same caps and validation as REST, run through
 //! [`crate::api::infer`], and the answers put back into messages; errors become gRPC
 //! codes in one place, [`status`]. Repository calls follow the same
 //! [`RepositoryAccess`] rules as REST, with the token from the `authorization`
@@ -33,15 +33,18 @@ use tonic::transport::Server;
 use crate::api::repository::RepositoryAccess;
 use crate::serving::Repository;
 
-/// The protocol's messages, the service's server and client (generated at build time from
-/// `proto/grpc_service.proto`), and its encoded file descriptor set.
-pub mod proto {
+/// The inference service's server, generated at build time from
+/// `proto/grpc_service.proto` over the messages of [`crate::protocol::grpc::proto`], with
+/// inference requests decoded by [`codec::CheckedCodec`].
+pub mod server {
     #![allow(missing_docs, clippy::all, clippy::pedantic, unused_qualifications)]
-    tonic::include_proto!("inference");
-
-    /// `proto/grpc_service.proto` compiled: what the reflection service describes.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/inference_descriptor.bin"));
+    include!(concat!(env!("OUT_DIR"), "/server/inference.rs"));
 }
+
+/// The messages' old path, until the integration tests name
+/// [`crate::protocol::grpc::proto`].
+#[doc(hidden)]
+pub use crate::protocol::grpc::proto;
 
 /// Full name of the inference service (also a health-check service name).
 pub const SERVICE_NAME: &str = "inference.GRPCInferenceService";
@@ -76,7 +79,7 @@ pub async fn serve(
     let in_step = tokio::spawn(health.clone().keep_in_step(state.repository.clone()));
     let reflection = || {
         tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(crate::protocol::grpc::proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     let reflection_v1 = reflection().build_v1().context("building the reflection service")?;
@@ -97,7 +100,7 @@ pub async fn serve(
             metrics.count_refused();
         }
     });
-    let inference = proto::grpc_inference_service_server::GrpcInferenceServiceServer::new(service::Inference::new(
+    let inference = server::grpc_inference_service_server::GrpcInferenceServiceServer::new(service::Inference::new(
         state.repository,
         state.repository_access,
         state.metrics,

@@ -12,9 +12,11 @@ use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::convert;
 use super::metrics::GrpcMetrics;
-use super::proto::grpc_inference_service_server::GrpcInferenceService;
-use super::proto::repository_index_response::ModelIndex;
-use super::proto::{
+use super::server::grpc_inference_service_server::GrpcInferenceService;
+use super::status::{item_status, multi_status, status_of};
+use crate::api::repository::{self, Change, RepositoryAccess};
+use crate::protocol::grpc::proto::repository_index_response::ModelIndex;
+use crate::protocol::grpc::proto::{
     InferStatistics, ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse,
     ModelReadyRequest, ModelReadyResponse, ModelStatistics, ModelStatisticsRequest, ModelStatisticsResponse,
     ModelStreamInferResponse, RepositoryIndexRequest, RepositoryIndexResponse, RepositoryModelLoadRequest,
@@ -22,8 +24,6 @@ use super::proto::{
     ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
     StatisticDuration,
 };
-use super::status::{item_status, multi_status, status_of};
-use crate::api::repository::{self, Change, RepositoryAccess};
 use crate::api::{self, InferCall};
 use crate::serving::items::Answer;
 use crate::serving::{ModelState, ModelStatus, Repository};

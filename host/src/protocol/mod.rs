@@ -1,5 +1,6 @@
-//! The Open Inference Protocol (KServe V2) REST wire format: request bodies in, response
-//! bodies out, metadata bodies. Pure data conversion — no HTTP types, no plugin runtime.
+//! The Open Inference Protocol (KServe V2) wire formats: REST request bodies in, response
+//! bodies out, metadata bodies; and the gRPC messages ([`grpc`]). Pure data conversion —
+//! no HTTP server types, no plugin runtime.
 //!
 //! - [`decode_request`]: JSON (or JSON + binary tensor data) → [`InferRequest`] of
 //!   validated [`Tensor`](crate::model::tensor::Tensor)s, or a [`ProtocolError`] worded for the
@@ -11,15 +12,18 @@
 //! - [`client`]: the client's side, for `tensorplug infer`: request bodies out
 //!   ([`client::encode_request`]), answer bodies in ([`client::decode_answer`]); and
 //!   [`AnswerHead`], for answers that carry `parameters` and a status in their body.
+//! - [`grpc`]: the gRPC wire format: its messages (and client), and their conversions to
+//!   and from the types above, for servers and clients alike.
 //!
-//! Layout: `client` (the client's side), `error` (the error type), `limits` (caps on a request's contents),
-//! `parameters` (typed `parameters` objects), `parse` (streaming JSON structure), `data` (JSON
+//! Layout: `client` (the client's side), `grpc` (the gRPC messages), `error` (the error
+//! type), `limits` (caps on a request's contents), `parameters` (typed `parameters` objects), `parse` (streaming JSON structure), `data` (JSON
 //! `data` → tensor bytes), `request` (validation, binary data), `tensor_json` (one output
 //! as JSON), `response` (response bodies), `metadata`.
 
 pub mod client;
 mod data;
 mod error;
+pub mod grpc;
 pub mod limits;
 mod metadata;
 mod parameters;

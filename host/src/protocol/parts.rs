@@ -1,7 +1,8 @@
 //! [`InferRequest`]s built from parts that another wire format (gRPC) has already
 //! separated, under the same caps of [`super::limits`] and the same validation
 //! ([`Tensor::validate`]) as [`super::decode_request`]: every edge hands the server the
-//! same kind of request, and none is checked less.
+//! same kind of request, and none is checked less. Typed values become tensor bytes here
+//! only ([`tensor_from_data`]), whether a request's or an answer's.
 
 use std::collections::HashSet;
 
@@ -129,11 +130,23 @@ fn input_tensor(index: usize, input: InputParts) -> Result<Tensor, ProtocolError
     let shape: Vec<u64> = input.shape.iter().map(|&d| d.unsigned_abs()).collect();
     let parameters = checked_parameters(input.parameters, &at)?;
     reject_unsupported(&parameters, &at)?;
+    tensor_from_data(name, datatype, shape, input.data)
+}
+
+/// A tensor of `data`, checked against the datatype and the shape (the element count,
+/// each value's range, [`Tensor::validate`]): the one path from typed values to tensor
+/// bytes, for requests and for answers alike.
+pub(super) fn tensor_from_data(
+    name: String,
+    datatype: DataType,
+    shape: Vec<u64>,
+    data: InputData,
+) -> Result<Tensor, ProtocolError> {
     let expected = element_count(&shape).ok_or_else(|| ProtocolError::ShapeOverflow {
         name: name.clone(),
         shape: shape.clone(),
     })?;
-    let data = typed_bytes(&name, datatype, &shape, expected, input.data)?;
+    let data = typed_bytes(&name, datatype, &shape, expected, data)?;
     let tensor = Tensor {
         name,
         datatype,

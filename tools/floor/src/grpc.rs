@@ -1,12 +1,13 @@
-//! The floor over gRPC: `ModelInfer` converted by tensorplug's own gRPC conversion and
-//! answered with zeros of the model's output shapes; every other call is unimplemented.
+//! The floor over gRPC: `ModelInfer` through the gRPC edge's own server (and its checked
+//! codec), read and answered by tensorplug's own gRPC conversions, with zeros of the
+//! model's output shapes; every other call is unimplemented.
 
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tensorplug::grpc::convert;
-use tensorplug::grpc::proto::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
-use tensorplug::grpc::proto::*;
+use tensorplug::grpc::server::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use tensorplug::protocol::grpc::proto::*;
+use tensorplug::protocol::grpc::{read_request, write_response};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -38,9 +39,9 @@ type Stream =
 #[tonic::async_trait]
 impl GrpcInferenceService for Floor {
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
-        let request = convert::request(request.into_inner()).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let request = read_request(request.into_inner()).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let outputs = self.shapes.outputs(batch_size(&request));
-        Ok(Response::new(convert::answer(
+        Ok(Response::new(write_response(
             self.shapes.name().to_owned(),
             self.shapes.version().to_owned(),
             request.id.clone(),

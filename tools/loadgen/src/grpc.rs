@@ -15,13 +15,13 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
+use tensorplug::protocol::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
+use tensorplug::protocol::grpc::proto::ModelInferRequest;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
 use crate::client::{connect_counted, Schedule};
-use crate::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
-use crate::proto::ModelInferRequest;
 use crate::report::ClientStats;
 
 /// The largest answer accepted (tonic's default is 4 MiB).

@@ -30,7 +30,6 @@ mod args;
 mod client;
 mod convert;
 mod grpc;
-mod proto;
 mod report;
 
 use std::net::{SocketAddr, ToSocketAddrs};
