@@ -7,8 +7,8 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 
 use super::{base_url, parse_headers, setup_backoff, Failure, ModelInfo, Reply, SetupError};
+use crate::batch::options::Options;
 use crate::batch::retry::parse_retry_after;
-use crate::batch::Options;
 use crate::protocol::client::{decode_answer, encode_request, Answer, BodyForm};
 use crate::protocol::InferRequest;
 
