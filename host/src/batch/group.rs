@@ -1,15 +1,13 @@
 //! Grouping lines for the workers, the way the server's batcher groups items: whenever a
-//! worker is free it takes what has been read (up to K compatible lines, see
-//! [`MergeKey`]), so a lone line is never held back and groups grow by themselves while
-//! the workers are busy.
+//! worker is free it takes what has been read (up to K lines of equal
+//! [`MergeKey`](super::line::MergeKey)), so a lone line is never held back and groups
+//! grow by themselves while the workers are busy.
 
 use std::collections::VecDeque;
 
 use tokio::sync::mpsc;
 
 use super::line::Line;
-#[cfg(doc)]
-use super::line::MergeKey;
 
 /// Hands workers groups of up to `batch_size` compatible lines.
 pub(crate) struct LineGrouper {

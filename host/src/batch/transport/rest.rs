@@ -138,11 +138,11 @@ struct Metadata {
     #[serde(default)]
     versions: Vec<String>,
     #[serde(default)]
-    inputs: Vec<TensorMetadata>,
+    inputs: Vec<InputMetadata>,
 }
 
 #[derive(serde::Deserialize)]
-struct TensorMetadata {
+struct InputMetadata {
     #[serde(default)]
     shape: Vec<i64>,
 }
