@@ -23,6 +23,7 @@
 //! Modules, and whom each uses (no circle; none uses this one):
 //!
 //! - `job`: one run, step by step → every module below
+//! - `interrupt`: Ctrl-C and SIGTERM, and the `--resume` hint → `progress`, `stop`
 //! - `input`: reading and parsing lines → `line`, `line_reader`, `output`, `resume`,
 //!   `transport`, `progress`, `stop`
 //! - `worker`: one group of lines from request to answer lines → `line`, `group`,
@@ -44,6 +45,7 @@
 
 mod group;
 mod input;
+mod interrupt;
 mod job;
 mod line;
 mod line_reader;
