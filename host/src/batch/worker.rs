@@ -124,8 +124,8 @@ impl Worker {
         while let Some(joined) = requests.join_next().await {
             match joined {
                 Ok(resolved) => done.extend(resolved),
-                // Only a panic lands here (nothing aborts these tasks): its line stays
-                // unanswered, as when a run is stopped at once, for `--resume` to answer.
+                // Only a panic lands here (nothing aborts these tasks): its line goes
+                // unanswered, as a panicking worker's lines would.
                 Err(error) => tracing::error!("a line's request task failed: {error}"),
             }
         }
