@@ -9,19 +9,10 @@ mod rest;
 
 use std::time::Duration;
 
-use super::{Options, Target};
+use super::options::{Options, Target, TransportKind};
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Tensor;
 use crate::protocol::InferRequest;
-
-/// The wire a server is spoken to over.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum TransportKind {
-    /// HTTP/1.1, JSON bodies (or binary tensor data with `--binary-data`).
-    Rest,
-    /// `inference.GRPCInferenceService/ModelInfer`, raw tensor contents.
-    Grpc,
-}
 
 /// Why the run cannot start: the model is not there, the server cannot be reached, a
 /// flag the transport reads is malformed.
@@ -155,6 +146,13 @@ impl Transport {
             Transport::Grpc(t) => &t.info,
             Transport::Local(t) => &t.info,
         }
+    }
+
+    /// Whether a group of lines goes as one merged request: over a wire, where it saves
+    /// round trips. In-process each line is its own request, and the serving batcher
+    /// stacks them (a merged request would be split into items there and stacked again).
+    pub(crate) fn merges_lines(&self) -> bool {
+        !matches!(self, Transport::Local(_))
     }
 
     /// Sends one request and waits (at most `--timeout`) for its answer.
