@@ -65,10 +65,10 @@ impl ServerProcess {
             .arg("serve")
             .arg(repository)
             .args(["--host", "127.0.0.1", "--http-port", "0"])
-            // gRPC off unless the test gives it a port (see [`free_port`]).
+            // gRPC off unless the test asks for it (`--grpc-port 0`: any free port).
             .args(
                 (!extra.contains(&"--grpc-port"))
-                    .then_some(["--grpc-port", "0"])
+                    .then_some(["--grpc-port", "off"])
                     .into_iter()
                     .flatten(),
             )
@@ -206,12 +206,6 @@ impl ServerProcess {
         let _ = tokio::time::timeout(within, stream.read_to_end(&mut answer)).await;
         String::from_utf8_lossy(&answer).into_owned()
     }
-}
-
-/// A loopback port free at the time of asking (for `--grpc-port`, which takes no 0).
-pub fn free_port() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").port().to_string()
 }
 
 /// The REST address a start-up log line announces, in text (`address=...`) or JSON

@@ -161,7 +161,7 @@ async fn the_digits_requests_through_every_transport_match_the_oracle_in_order()
     server.stop().await;
 }
 
-/// The faulty model with no queue delay (examples/faulty: x = -1 panics, -5 is rejected).
+/// The faulty model with no queue delay (tests/plugins/faulty: x = -1 panics, -5 is rejected).
 fn faulty_models() -> tempfile::TempDir {
     faulty_repository(&faulty_config("max_batch_size = 32\nmax_queue_delay_us = 0", ""))
 }

@@ -1,5 +1,5 @@
 //! Deadlines that hold whatever the plugin does, host calls included: a plugin parked in
-//! a WASI sleep (fault -9 of examples/faulty) or sleeping in `init`.
+//! a WASI sleep (fault -9 of tests/plugins/faulty) or sleeping in `init`.
 
 use std::time::{Duration, Instant};
 

@@ -23,6 +23,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
+use crate::common::process::ServerProcess;
 use crate::common::{output, output_f32, request, TestServer};
 use crate::digits::{assert_matches, cases, repository};
 
@@ -724,4 +725,36 @@ async fn costly_messages_are_refused_before_decoding() {
     assert!(refused.message().contains("would decode to"), "{}", refused.message());
     drop(client);
     server.stop().await;
+}
+
+/// `--grpc-port 0`, as `--http-port 0`: any free port, announced in the log once bound,
+/// where gRPC answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_port_zero_binds_a_free_port_and_logs_it() {
+    let server = ServerProcess::spawn(&repository(), &["--grpc-port", "0"]).await;
+    let address = server.grpc_address();
+    assert_ne!(address.port(), 0, "{:?}", server.log());
+    assert_ne!(address, server.address);
+    let channel = Channel::from_shared(format!("http://{address}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect over gRPC");
+    let mut client = GrpcInferenceServiceClient::new(channel);
+    let ready = client.server_ready(ServerReadyRequest {}).await.expect("ServerReady");
+    assert!(ready.get_ref().ready);
+}
+
+/// `--grpc-port off`: no gRPC, and nothing in the log says otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_port_off_serves_no_grpc() {
+    let server = ServerProcess::spawn(&repository(), &["--grpc-port", "off"]).await;
+    let ready = server
+        .client
+        .get(server.url("/v2/health/ready"))
+        .send()
+        .await
+        .expect("ready");
+    assert_eq!(ready.status(), 200);
+    assert!(!server.log().iter().any(|l| l.contains(" grpc=")), "{:?}", server.log());
 }

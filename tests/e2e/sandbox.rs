@@ -1,5 +1,5 @@
 //! Whole-instance limits and bounded sizes, against plugins written to break them
-//! (faults -10, -11 and -12 of examples/faulty).
+//! (faults -10, -11 and -12 of tests/plugins/faulty).
 
 use serde_json::json;
 
@@ -124,7 +124,7 @@ enum Extra {
     Table(u64),
 }
 
-/// The wasip1 build of examples/faulty (a core module, which the host turns into a
+/// The wasip1 build of tests/plugins/faulty (a core module, which the host turns into a
 /// component at load) with `extra` appended, and every other section kept as built.
 fn hostile_plugin(extra: Extra) -> Vec<u8> {
     use wasm_encoder::{MemorySection, MemoryType, RawSection, RefType, TableSection, TableType};

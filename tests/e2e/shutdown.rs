@@ -28,7 +28,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
             "--http-port",
             "0",
             "--grpc-port",
-            "0",
+            "off",
             "--log",
             "info",
             "--no-cache",

@@ -1,6 +1,6 @@
 //! Only regular files are read from a model folder: a FIFO, a device or a socket named as a
 //! plugin, a graph or `model.toml` fails its model's load at once with the reason, and one
-//! a plugin opens through WASI is refused (fault codes -60 and -61 of examples/faulty)
+//! a plugin opens through WASI is refused (fault codes -60 and -61 of tests/plugins/faulty)
 //! within its call's deadline, without holding the instance.
 
 use std::path::Path;

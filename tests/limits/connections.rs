@@ -410,7 +410,7 @@ impl Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_tensorplug"));
         command
             .args(["serve", "--host", "127.0.0.1", "--http-port", "0", "--log", "info"])
-            .args(["--grpc-port", "0"])
+            .args(["--grpc-port", "off"])
             .args(["--model-control", "poll", "--watch-debounce-ms", "100"])
             .arg("--cache-dir")
             .arg(cache.path())
