@@ -57,11 +57,18 @@ impl ServerProcess {
 
     /// Serves `repository` like [`Self::spawn`], returning as soon as it listens.
     pub async fn spawn_unready(repository: &Path, extra: &[&str]) -> Self {
+        Self::spawn_limited(repository, extra, None).await
+    }
+
+    /// [`Self::spawn_unready`] under a limit of `descriptors` open files (soft and hard,
+    /// RLIMIT_NOFILE) when given.
+    pub async fn spawn_limited(repository: &Path, extra: &[&str], descriptors: Option<u64>) -> Self {
         super::require_plugins(repository);
         // TENSORPLUG_TEST_BINARY: another build (an older one, for "before" figures).
         let binary =
             std::env::var("TENSORPLUG_TEST_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tensorplug").into());
-        let mut child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg("serve")
             .arg(repository)
             .args(["--host", "127.0.0.1", "--http-port", "0"])
@@ -72,14 +79,32 @@ impl ServerProcess {
                     .into_iter()
                     .flatten(),
             )
-            .args(["--no-cache", "--log", "info"])
+            // No compile cache unless the test gives it a folder.
+            .args((!extra.contains(&"--cache-dir")).then_some("--no-cache"))
+            .args(["--log", "info"])
             .args(extra)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the tensorplug binary");
+            .stderr(Stdio::piped());
+        if let Some(limit) = descriptors {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec the closure only calls setrlimit, which is
+            // async-signal-safe, on a struct on its own stack.
+            unsafe {
+                command.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = command.spawn().expect("start the tensorplug binary");
         let log = Arc::new(Mutex::new(Vec::new()));
         for stream in [
             child
@@ -136,6 +161,29 @@ impl ServerProcess {
             .iter()
             .find_map(|line| line.split(" grpc=").nth(1)?.split_whitespace().next()?.parse().ok())
             .unwrap_or_else(|| panic!("no gRPC address in the log: {:?}", self.log()))
+    }
+
+    /// A line already logged that matches `matches`.
+    pub fn logged(&self, what: &str, matches: impl Fn(&str) -> bool) -> String {
+        let log = self.log();
+        log.iter()
+            .find(|l| matches(l))
+            .cloned()
+            .unwrap_or_else(|| panic!("no log line with {what}:\n{}", log.join("\n")))
+    }
+
+    /// Waits (up to a minute) for a log line matching `matches`, and returns it.
+    pub async fn wait_for_log(&self, what: &str, matches: impl Fn(&str) -> bool) -> String {
+        let started = Instant::now();
+        loop {
+            if let Some(line) = self.log.lock().unwrap().iter().find(|l| matches(l)) {
+                return line.clone();
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                panic!("no log line with {what}; log so far:\n{}", self.log().join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn pid(&self) -> u32 {

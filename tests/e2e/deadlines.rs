@@ -8,11 +8,11 @@ use serde_json::json;
 use crate::common;
 use common::{request, TestServer};
 
-const INFER: &str = "/v2/models/faulty/infer";
+use crate::common::FAULTY_INFER;
 
 /// Sends a one-item request for `x`; resolves to its status and how long it took.
 fn timed_single(server: &TestServer, x: f32) -> tokio::task::JoinHandle<(u16, Duration)> {
-    let (client, url) = (server.client.clone(), server.url(INFER));
+    let (client, url) = (server.client.clone(), server.url(FAULTY_INFER));
     tokio::spawn(async move {
         let started = Instant::now();
         let body = request("x", "FP32", &[1, 1], json!([x]));
@@ -55,9 +55,7 @@ async fn a_plugin_sleeping_in_a_host_call_answers_504_at_its_deadline() {
             "a neighbour answered after {took:?}"
         );
     }
-    let (status, body) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([4.0])))
-        .await;
+    let (status, body) = server.post_faulty(&[4.0]).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         common::output_f32(&body, "y"),
@@ -149,7 +147,7 @@ async fn the_server_is_live_while_a_slow_model_loads_and_ready_after() {
     let ready = client.get(url("/v2/health/ready")).send().await.unwrap().status();
     assert_eq!(ready, 503, "not ready while the model loads");
     let early = client
-        .post(url(INFER))
+        .post(url(FAULTY_INFER))
         .json(&request("x", "FP32", &[1, 1], json!([1.0])))
         .send()
         .await
@@ -179,7 +177,7 @@ async fn items_of_a_request_that_timed_out_free_their_instance_promptly() {
     let mut looping = request("x", "FP32", &[16, 1], json!(vec![-2.0; 16]));
     looping["parameters"] = json!({"timeout": 300_000});
     let started = Instant::now();
-    let (status, body) = server.post_json(INFER, &looping).await;
+    let (status, body) = server.post_json(FAULTY_INFER, &looping).await;
     assert_eq!(status, 207, "{body}");
     assert!(
         started.elapsed() < Duration::from_millis(1000),
@@ -189,9 +187,7 @@ async fn items_of_a_request_that_timed_out_free_their_instance_promptly() {
     // The batch runs into its 1.5 s call limit once; its items are not re-run one by one
     // (16 more limits) for a client that is no longer waiting.
     let started = Instant::now();
-    let (status, body) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([3.0])))
-        .await;
+    let (status, body) = server.post_faulty(&[3.0]).await;
     assert_eq!(status, 200, "{body}");
     assert!(
         started.elapsed() < Duration::from_millis(1500 + 1000),
@@ -215,7 +211,10 @@ async fn one_clients_batch_level_error_leaves_another_clients_items_answered() {
         request("x", "FP32", &[1, 1], json!([-15.0])),
         request("x", "FP32", &[2, 1], json!([1.0, 2.0])),
     );
-    let (bad, good) = (server.post_json(INFER, &bad), server.post_json(INFER, &good));
+    let (bad, good) = (
+        server.post_json(FAULTY_INFER, &bad),
+        server.post_json(FAULTY_INFER, &good),
+    );
     let ((bad_status, bad_body), (good_status, good_body)) = tokio::join!(bad, good);
     assert_eq!(bad_status, 400, "{bad_body}");
     assert!(

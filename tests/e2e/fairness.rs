@@ -9,12 +9,12 @@ use serde_json::json;
 use crate::common;
 use common::{request, TestServer};
 
-const INFER: &str = "/v2/models/faulty/infer";
+use crate::common::FAULTY_INFER;
 const ITEM_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Sends `values` as one request; resolves to its status and how long it took.
 fn timed(server: &TestServer, values: Vec<f32>) -> tokio::task::JoinHandle<(u16, Duration)> {
-    let (client, url) = (server.client.clone(), server.url(INFER));
+    let (client, url) = (server.client.clone(), server.url(FAULTY_INFER));
     tokio::spawn(async move {
         let started = Instant::now();
         let body = request("x", "FP32", &[values.len() as u64, 1], json!(values));

@@ -108,7 +108,7 @@ async fn the_drain_ends_within_the_grace_period_even_with_a_request_running_past
     ));
     let mut server = ServerProcess::spawn(repository.path(), &["--shutdown-grace-secs", "1"]).await;
     let client = server.client.clone();
-    let url = server.url("/v2/models/faulty/infer");
+    let url = server.url(common::FAULTY_INFER);
     let spinning = tokio::spawn(async move {
         client
             .post(url)

@@ -255,12 +255,7 @@ async fn near_limit_messages_decode_within_the_rest_bound() {
         let chunks: Vec<Vec<u8>> = body.chunks(1 << 20).map(<[u8]>::to_vec).collect();
         drop(body);
         let answer = client
-            .call(
-                "/inference.GRPCInferenceService/ModelInfer",
-                chunks,
-                true,
-                Duration::from_secs(60),
-            )
+            .call(common::grpc::MODEL_INFER, chunks, true, Duration::from_secs(60))
             .await
             .expect("an answer");
         let peak = server.peak_rss_kib();
@@ -346,7 +341,7 @@ async fn mutated_requests_never_get_internal() {
                 }
                 let answer = runtime
                     .block_on(client.call(
-                        "/inference.GRPCInferenceService/ModelInfer",
+                        common::grpc::MODEL_INFER,
                         vec![frame(&message)],
                         true,
                         Duration::from_secs(30),
@@ -384,7 +379,7 @@ async fn a_hostile_item_message_leaves_the_item_status_trailer() {
         let message = faulty_request(&values);
         let answer = client
             .call(
-                "/inference.GRPCInferenceService/ModelInfer",
+                common::grpc::MODEL_INFER,
                 vec![frame(&message.encode_to_vec())],
                 true,
                 Duration::from_secs(30),
