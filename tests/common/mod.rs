@@ -199,6 +199,17 @@ impl TestServer {
         self.post_json(FAULTY_INFER, &items_request(values)).await
     }
 
+    /// [`Self::post_faulty`] in the background: resolves to the status and how long the
+    /// request took.
+    pub fn spawn_faulty(&self, values: &[f32]) -> JoinHandle<(u16, std::time::Duration)> {
+        let (client, url, body) = (self.client.clone(), self.url(FAULTY_INFER), items_request(values));
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let status = client.post(url).json(&body).send().await.unwrap().status().as_u16();
+            (status, started.elapsed())
+        })
+    }
+
     /// Stops the server and waits until it has drained.
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {

@@ -9,17 +9,7 @@ use crate::common;
 use common::{request, TestServer};
 
 use crate::common::FAULTY_INFER;
-
-/// Sends a one-item request for `x`; resolves to its status and how long it took.
-fn timed_single(server: &TestServer, x: f32) -> tokio::task::JoinHandle<(u16, Duration)> {
-    let (client, url) = (server.client.clone(), server.url(FAULTY_INFER));
-    tokio::spawn(async move {
-        let started = Instant::now();
-        let body = request("x", "FP32", &[1, 1], json!([x]));
-        let status = client.post(url).json(&body).send().await.unwrap().status().as_u16();
-        (status, started.elapsed())
-    })
-}
+use tensorplug::app::config::ServeConfig;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_sleeping_in_a_host_call_answers_504_at_its_deadline() {
@@ -30,7 +20,7 @@ async fn a_plugin_sleeping_in_a_host_call_answers_504_at_its_deadline() {
     let server = TestServer::start(repository.path()).await;
 
     // Alone: one deadline, not the 3 s the plugin asked for.
-    let (status, took) = timed_single(&server, -9.0).await.unwrap();
+    let (status, took) = server.spawn_faulty(&[-9.0]).await.unwrap();
     assert_eq!(status, 504);
     assert!(
         took < Duration::from_millis(300 + 400),
@@ -39,8 +29,8 @@ async fn a_plugin_sleeping_in_a_host_call_answers_504_at_its_deadline() {
 
     // With neighbours in its batch: they pay one deadline plus their own short re-run,
     // the sleeper one more deadline (it is re-run alone), never its 3 s.
-    let sleeper = timed_single(&server, -9.0);
-    let neighbours: Vec<_> = (1..=3).map(|x| timed_single(&server, x as f32)).collect();
+    let sleeper = server.spawn_faulty(&[-9.0]);
+    let neighbours: Vec<_> = (1..=3).map(|x| server.spawn_faulty(&[x as f32])).collect();
     let (status, took) = sleeper.await.unwrap();
     assert_eq!(status, 504);
     assert!(
@@ -72,9 +62,9 @@ async fn two_sleepers_do_not_starve_another_client() {
         "instances = 2\ntimeout_ms = 300",
     ));
     let server = TestServer::start(repository.path()).await;
-    let sleepers: Vec<_> = (0..2).map(|_| timed_single(&server, -9.0)).collect();
+    let sleepers: Vec<_> = (0..2).map(|_| server.spawn_faulty(&[-9.0])).collect();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let (status, took) = timed_single(&server, 1.0).await.unwrap();
+    let (status, took) = server.spawn_faulty(&[1.0]).await.unwrap();
     assert_eq!(status, 200);
     // It waits for an instance at most one deadline.
     assert!(took < Duration::from_millis(300 + 400), "answered after {took:?}");
@@ -119,19 +109,10 @@ async fn the_server_is_live_while_a_slow_model_loads_and_ready_after() {
         common::faulty_config("max_batch_size = 1", "instances = 1")
     );
     let repository = common::faulty_repository(&config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    // Not `start`, which would wait for the model.
+    let server = TestServer::spawn(ServeConfig::for_repository(repository.path()), false).await;
     let started = Instant::now();
-    let server = tokio::spawn(tensorplug::app::server::run(
-        tensorplug::app::config::ServeConfig::for_repository(repository.path()),
-        listener,
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-    let client = reqwest::Client::new();
-    let url = |path: &str| format!("http://{address}{path}");
+    let (client, url) = (&server.client, |path: &str| server.url(path));
     let live = loop {
         if let Ok(r) = client.get(url("/v2/health/live")).send().await {
             break r.status().as_u16();
@@ -162,8 +143,7 @@ async fn the_server_is_live_while_a_slow_model_loads_and_ready_after() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(ready_at >= Duration::from_millis(1500), "ready after {ready_at:?}");
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

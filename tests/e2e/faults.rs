@@ -140,14 +140,6 @@ async fn contract_violations_are_caught_and_isolated() {
 }
 
 /// Sends a one-item request for `x` in the background; resolves to its status.
-fn spawn_single(server: &TestServer, x: f32) -> tokio::task::JoinHandle<u16> {
-    let (client, url) = (server.client.clone(), server.url(FAULTY_INFER));
-    tokio::spawn(async move {
-        let body = request("x", "FP32", &[1, 1], json!([x]));
-        client.post(url).json(&body).send().await.unwrap().status().as_u16()
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_503_with_retry_after() {
     let repository = common::faulty_repository(&common::faulty_config(
@@ -158,7 +150,7 @@ async fn a_full_queue_answers_503_with_retry_after() {
     // One looping item occupies the only instance for 1.5 s; two more fill the queue.
     let mut busy = Vec::new();
     for x in [-2.0, 1.0, 2.0] {
-        busy.push(spawn_single(&server, x));
+        busy.push(server.spawn_faulty(&[x]));
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let r = server
@@ -172,7 +164,11 @@ async fn a_full_queue_answers_503_with_retry_after() {
     assert_eq!(r.headers()["retry-after"], "1");
     let body: serde_json::Value = r.json().await.unwrap();
     assert!(body["error"].as_str().unwrap().contains("queue"), "{body}");
-    let statuses: Vec<u16> = common::join_all(busy).await;
+    let statuses: Vec<u16> = common::join_all(busy)
+        .await
+        .into_iter()
+        .map(|(status, _)| status)
+        .collect();
     assert_eq!(statuses, vec![504, 200, 200]);
     server.stop().await;
 }
@@ -184,7 +180,7 @@ async fn request_timeout_answers_504_and_departed_clients_cost_no_plugin_call() 
         "instances = 1\ntimeout_ms = 1000",
     ));
     let server = TestServer::start(repository.path()).await;
-    let looping = spawn_single(&server, -2.0);
+    let looping = server.spawn_faulty(&[-2.0]);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
     // Queued behind the loop with a 100 ms budget (microseconds, as Triton's `timeout`).
@@ -206,7 +202,7 @@ async fn request_timeout_answers_504_and_departed_clients_cost_no_plugin_call() 
         .await;
     assert!(gone.is_err(), "the client should have given up");
 
-    assert_eq!(looping.await.unwrap(), 504);
+    assert_eq!(looping.await.unwrap().0, 504);
     let (status, _) = server.post_faulty(&[7.0]).await;
     assert_eq!(status, 200);
     let stats = common::stats(&server, "faulty").await;
