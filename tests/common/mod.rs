@@ -62,6 +62,8 @@ pub struct TestServer {
     pub client: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
+    /// A repository made for this server alone, deleted with it.
+    own_repository: Option<tempfile::TempDir>,
 }
 
 impl TestServer {
@@ -72,6 +74,15 @@ impl TestServer {
 
     pub async fn start_with(config: ServeConfig) -> Self {
         Self::start_serving(config, false).await
+    }
+
+    /// Serves the faulty model alone, under the given `[batching]` and `[limits]` bodies
+    /// (see [`faulty_config`]), from a repository deleted with the server.
+    pub async fn start_faulty(batching: &str, limits: &str) -> Self {
+        let repository = faulty_repository(&faulty_config(batching, limits));
+        let mut server = Self::start(repository.path()).await;
+        server.own_repository = Some(repository);
+        server
     }
 
     /// Serves REST and gRPC, each on a free loopback port.
@@ -122,6 +133,7 @@ impl TestServer {
             client: reqwest::Client::new(),
             shutdown: Some(tx),
             task: Some(task),
+            own_repository: None,
         }
     }
 

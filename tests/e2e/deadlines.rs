@@ -13,11 +13,11 @@ use tensorplug::app::config::ServeConfig;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_sleeping_in_a_host_call_answers_504_at_its_deadline() {
-    let repository = common::faulty_repository(&common::faulty_config(
+    let server = TestServer::start_faulty(
         "max_batch_size = 8\nmax_queue_delay_us = 50000",
         "instances = 1\ntimeout_ms = 300",
-    ));
-    let server = TestServer::start(repository.path()).await;
+    )
+    .await;
 
     // Alone: one deadline, not the 3 s the plugin asked for.
     let (status, took) = server.spawn_faulty(&[-9.0]).await.unwrap();
@@ -57,11 +57,11 @@ async fn a_plugin_sleeping_in_a_host_call_answers_504_at_its_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sleepers_do_not_starve_another_client() {
-    let repository = common::faulty_repository(&common::faulty_config(
+    let server = TestServer::start_faulty(
         "max_batch_size = 1\nmax_queue_delay_us = 0",
         "instances = 2\ntimeout_ms = 300",
-    ));
-    let server = TestServer::start(repository.path()).await;
+    )
+    .await;
     let sleepers: Vec<_> = (0..2).map(|_| server.spawn_faulty(&[-9.0])).collect();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let (status, took) = server.spawn_faulty(&[1.0]).await.unwrap();
@@ -148,11 +148,11 @@ async fn the_server_is_live_while_a_slow_model_loads_and_ready_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn items_of_a_request_that_timed_out_free_their_instance_promptly() {
-    let repository = common::faulty_repository(&common::faulty_config(
+    let server = TestServer::start_faulty(
         "max_batch_size = 16\nmax_queue_delay_us = 0",
         "instances = 1\ntimeout_ms = 1500",
-    ));
-    let server = TestServer::start(repository.path()).await;
+    )
+    .await;
     // Sixteen looping items, with a 300 ms budget for the whole request.
     let mut looping = request("x", "FP32", &[16, 1], json!(vec![-2.0; 16]));
     looping["parameters"] = json!({"timeout": 300_000});
@@ -182,11 +182,7 @@ async fn items_of_a_request_that_timed_out_free_their_instance_promptly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_clients_batch_level_error_leaves_another_clients_items_answered() {
     // Requests wait up to 300 ms for company, so the two clients share one batch.
-    let repository = common::faulty_repository(&common::faulty_config(
-        "max_batch_size = 8\nmax_queue_delay_us = 300000",
-        "instances = 1",
-    ));
-    let server = TestServer::start(repository.path()).await;
+    let server = TestServer::start_faulty("max_batch_size = 8\nmax_queue_delay_us = 300000", "instances = 1").await;
     let (bad, good) = (
         request("x", "FP32", &[1, 1], json!([-15.0])),
         request("x", "FP32", &[2, 1], json!([1.0, 2.0])),

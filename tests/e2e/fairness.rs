@@ -10,18 +10,17 @@ use common::TestServer;
 const ITEM_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// One instance; items may run 500 ms, requests 3 s.
-async fn one_instance(queue_delay_us: u32) -> (tempfile::TempDir, TestServer) {
-    let repository = common::faulty_repository(&common::faulty_config(
+async fn one_instance(queue_delay_us: u32) -> TestServer {
+    TestServer::start_faulty(
         &format!("max_batch_size = 32\nmax_queue_delay_us = {queue_delay_us}"),
         "instances = 1\ntimeout_ms = 500\nrequest_timeout_ms = 3000",
-    ));
-    let server = TestServer::start(repository.path()).await;
-    (repository, server)
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_looping_items_cost_another_client_one_deadline_at_most() {
-    let (_repository, server) = one_instance(0).await;
+    let server = one_instance(0).await;
     let looping = server.spawn_faulty(&[-2.0; 16]);
     // Arrives while the 16 run their first (batch) call.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -52,7 +51,7 @@ async fn sixteen_looping_items_cost_another_client_one_deadline_at_most() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_neighbour_of_many_looping_items_is_re_run_before_them() {
     // A 50 ms gathering window puts both requests in one batch.
-    let (_repository, server) = one_instance(50_000).await;
+    let server = one_instance(50_000).await;
     let looping = server.spawn_faulty(&[-2.0; 16]);
     tokio::time::sleep(Duration::from_millis(10)).await;
     let (status, took) = server.spawn_faulty(&[1.0]).await.unwrap();

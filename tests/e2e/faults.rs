@@ -139,14 +139,13 @@ async fn contract_violations_are_caught_and_isolated() {
     server.stop().await;
 }
 
-/// Sends a one-item request for `x` in the background; resolves to its status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_503_with_retry_after() {
-    let repository = common::faulty_repository(&common::faulty_config(
+    let server = TestServer::start_faulty(
         "max_batch_size = 1\nmax_queue_delay_us = 0\nmax_queue_size = 2",
         "instances = 1\ntimeout_ms = 1500",
-    ));
-    let server = TestServer::start(repository.path()).await;
+    )
+    .await;
     // One looping item occupies the only instance for 1.5 s; two more fill the queue.
     let mut busy = Vec::new();
     for x in [-2.0, 1.0, 2.0] {
@@ -175,11 +174,11 @@ async fn a_full_queue_answers_503_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_timeout_answers_504_and_departed_clients_cost_no_plugin_call() {
-    let repository = common::faulty_repository(&common::faulty_config(
+    let server = TestServer::start_faulty(
         "max_batch_size = 1\nmax_queue_delay_us = 0",
         "instances = 1\ntimeout_ms = 1000",
-    ));
-    let server = TestServer::start(repository.path()).await;
+    )
+    .await;
     let looping = server.spawn_faulty(&[-2.0]);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 

@@ -43,11 +43,11 @@ fn spawn_request(server: &TestServer, values: Vec<f32>) -> tokio::task::JoinHand
 async fn counters_and_histograms_move_exactly_with_a_known_sequence() {
     // One instance, no waiting for fuller batches, room for three queued items: every
     // request below is one batch, and the fourth step can fill the queue.
-    let repository = common::faulty_repository(&common::faulty_config(
+    let server = TestServer::start_faulty(
         "max_batch_size = 4\nmax_queue_delay_us = 0\nmax_queue_size = 3",
         "instances = 1\ntimeout_ms = 400",
-    ));
-    let server = TestServer::start(repository.path()).await;
+    )
+    .await;
 
     // 1. a success; 2. a 207 (the middle item rejected by the plugin); 3. a trap.
     assert_eq!(server.post_faulty(&[1.0]).await.0, 200);
@@ -138,8 +138,7 @@ async fn counters_and_histograms_move_exactly_with_a_known_sequence() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_misuse_is_refused_and_bounded() {
-    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 8", "instances = 1"));
-    let server = TestServer::start(repository.path()).await;
+    let server = TestServer::start_faulty("max_batch_size = 8", "instances = 1").await;
     // A first batch makes `batches` a counter.
     assert_eq!(server.post_faulty(&[1.0]).await.0, 200);
     // Counter used as a gauge; metadata after init; names until the cap. The neighbour

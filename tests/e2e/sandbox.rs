@@ -36,8 +36,7 @@ async fn a_plugin_hoarding_handles_traps_at_the_cap_and_the_server_keeps_its_des
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ten_mib_error_message_is_cut_in_the_answer() {
-    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 1", "instances = 1"));
-    let server = TestServer::start(repository.path()).await;
+    let server = TestServer::start_faulty("max_batch_size = 1", "instances = 1").await;
     let response = server
         .client
         .post(server.url(FAULTY_INFER))
@@ -82,8 +81,7 @@ async fn a_log_flood_is_cut_to_the_per_call_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_and_flooded_outputs_are_contract_violations_of_their_items_only() {
-    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 8", "instances = 1"));
-    let server = TestServer::start(repository.path()).await;
+    let server = TestServer::start_faulty("max_batch_size = 8", "instances = 1").await;
     for fault in [-13.0, -14.0] {
         let started = std::time::Instant::now();
         // One request of three items: the culprit fails alone, its neighbours get one `y` each.
