@@ -325,6 +325,26 @@ pub fn resident_bytes() -> u64 {
     kib * 1024
 }
 
+/// Waits up to `bound` for the server to close `stream` (EOF or reset), discarding
+/// anything it sends; how long after `since` that was, if it did.
+pub async fn closed_since(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    since: std::time::Instant,
+    bound: std::time::Duration,
+) -> Option<std::time::Duration> {
+    use tokio::io::AsyncReadExt;
+    let closed = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return since.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(bound, closed).await.ok()
+}
+
 /// Waits for every task, in order, and returns their results.
 pub async fn join_all<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
     let mut results = Vec::with_capacity(tasks.len());

@@ -244,6 +244,24 @@ impl ServerProcess {
         std::fs::write(format!("/proc/{}/clear_refs", self.pid()), "5").expect("reset the peak RSS");
     }
 
+    /// POSTs `body` as JSON, waiting up to `within` for the answer: the status, the
+    /// answer's text and how long it took.
+    pub async fn post_timed(&self, path: &str, body: Vec<u8>, within: Duration) -> (u16, String, Duration) {
+        let started = Instant::now();
+        let response = self
+            .client
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .timeout(within)
+            .send()
+            .await
+            .expect("the server answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("a body");
+        (status, text, started.elapsed())
+    }
+
     /// Sends raw bytes on a fresh connection and returns everything the server answered
     /// until it closed the connection or `within` passed.
     pub async fn raw_exchange(&self, request: &[u8], within: Duration) -> String {

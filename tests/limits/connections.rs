@@ -149,16 +149,7 @@ async fn read_response(stream: &mut (impl AsyncRead + Unpin)) -> Option<(u16, St
 /// Waits until the server closes `stream` (EOF or reset), discarding anything it sends,
 /// and returns how long after `since` that was. Fails if it stays open for `BOUND`.
 async fn closed_after(stream: &mut (impl AsyncRead + Unpin), since: Instant) -> Duration {
-    let closed = async {
-        let mut buf = [0u8; 4096];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return since.elapsed(),
-                Ok(_) => {}
-            }
-        }
-    };
-    tokio::time::timeout(BOUND, closed)
+    common::closed_since(stream, since, BOUND)
         .await
         .expect("the server closed the connection in time")
 }

@@ -90,17 +90,7 @@ impl Server {
 
 /// Waits until the server closes `stream`; how long that took.
 async fn closed_within(stream: &mut TcpStream, bound: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    let closed = async {
-        let mut buf = [0u8; 1024];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return started.elapsed(),
-                Ok(_) => {}
-            }
-        }
-    };
-    tokio::time::timeout(bound, closed).await.ok()
+    common::closed_since(stream, Instant::now(), bound).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

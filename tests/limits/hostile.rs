@@ -28,19 +28,7 @@ fn memory_bound_kib(body_len: usize) -> u64 {
 
 /// Posts `body` as JSON, returning the status, the answer and how long it took.
 async fn post(server: &ServerProcess, path: &str, body: Vec<u8>) -> (u16, String, Duration) {
-    let started = Instant::now();
-    let response = server
-        .client
-        .post(server.url(path))
-        .header("content-type", "application/json")
-        .body(body)
-        .timeout(Duration::from_secs(60))
-        .send()
-        .await
-        .expect("the server answers");
-    let status = response.status().as_u16();
-    let text = response.text().await.expect("a body");
-    (status, text, started.elapsed())
+    server.post_timed(path, body, Duration::from_secs(60)).await
 }
 
 /// Sends `body` and checks the server answers 400 quickly, stays up, and its peak
