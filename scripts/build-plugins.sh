@@ -8,8 +8,8 @@
 #   tests/plugins/faulty, as a wasm32-wasip1 core module -> tests/models/faulty-p1/predict.wasm
 #   tests/plugins/faulty-pre + tests/plugins/faulty  -> tests/models/faulty-pipeline/
 # The plugins are their own workspace (examples/Cargo.toml, whose members include the test
-# plugins in tests/plugins/), built into the root
-# workspace's target folder (CARGO_TARGET_DIR or cargo's configured one, else target/).
+# plugins in tests/plugins/), built into the root workspace's target folder
+# (CARGO_TARGET_DIR or cargo's configured one, else target/).
 # Works from any directory. Extra arguments go to `cargo build` (e.g. --locked).
 set -euo pipefail
 
