@@ -4,11 +4,12 @@
 #   examples/digits/{preprocess,predict,postprocess} -> examples/models/digits/*.wasm
 #   examples/digits-onnx/predict (+ digits' pre/postprocess) -> examples/models/digits-onnx/*.wasm
 #     and the same three                     -> examples/models/digits-cnn/*.wasm
-#   examples/faulty                                  -> tests/models/faulty/predict.wasm
-#   examples/faulty, as a wasm32-wasip1 core module  -> tests/models/faulty-p1/predict.wasm
-#   examples/faulty-pre + examples/faulty             -> tests/models/faulty-pipeline/
-# The plugins are their own workspace (examples/Cargo.toml), built into the root
-# workspace's target folder (CARGO_TARGET_DIR or cargo's configured one, else target/).
+#   tests/plugins/faulty                             -> tests/models/faulty/predict.wasm
+#   tests/plugins/faulty, as a wasm32-wasip1 core module -> tests/models/faulty-p1/predict.wasm
+#   tests/plugins/faulty-pre + tests/plugins/faulty  -> tests/models/faulty-pipeline/
+# The plugins are their own workspace (examples/Cargo.toml, whose members include the test
+# plugins in tests/plugins/), built into the root workspace's target folder
+# (CARGO_TARGET_DIR or cargo's configured one, else target/).
 # Works from any directory. Extra arguments go to `cargo build` (e.g. --locked).
 set -euo pipefail
 

@@ -27,7 +27,7 @@ max_batch_size = 1
 [limits]
 instances = 1
 TOML
-"$bin" serve "$repo" --host 127.0.0.1 --http-port "$port" --grpc-port 0 --log warn >/tmp/mf-$port.log 2>&1 &
+"$bin" serve "$repo" --host 127.0.0.1 --http-port "$port" --grpc-port off --log warn >/tmp/mf-$port.log 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; rm -rf "$repo"' EXIT
 for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README "Tests"; .ci/run runs exactly this). Cheapest checks first, and
 # any failure stops it with a non-zero status:
-#   1. `cargo fmt --check` on the root workspace and on the plugin workspace (examples/);
+#   1. `cargo fmt --check` on the root workspace and on the plugin workspace (examples/,
+#      whose members include the test plugins in tests/plugins/);
 #   2. builds the example and test plugins for wasm32 (scripts/build-plugins.sh);
 #   3. clippy with -D warnings: the plugin workspace for wasm32-wasip2, the root workspace
 #      with all targets (tests, benches, examples);

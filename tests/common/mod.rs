@@ -19,6 +19,11 @@ use tokio::task::JoinHandle;
 
 use tensorplug::app::config::ServeConfig;
 
+/// REST inference routes of the test and example models.
+pub const FAULTY_INFER: &str = "/v2/models/faulty/infer";
+pub const DIGITS_INFER: &str = "/v2/models/digits/infer";
+pub const DIGITS_ONNX_INFER: &str = "/v2/models/digits-onnx/infer";
+
 /// The workspace root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -52,11 +57,13 @@ pub fn require_plugins(repository: &Path) {
 /// A server running in this process, stopped (and drained) on drop or by [`stop`].
 pub struct TestServer {
     pub address: SocketAddr,
-    /// The gRPC port's address, when started with [`TestServer::start_with_grpc`].
-    pub grpc_address: Option<SocketAddr>,
+    /// The gRPC port's address, when started with gRPC.
+    grpc_address: Option<SocketAddr>,
     pub client: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
+    /// A repository made for this server alone, deleted with it.
+    own_repository: Option<tempfile::TempDir>,
 }
 
 impl TestServer {
@@ -69,12 +76,30 @@ impl TestServer {
         Self::start_serving(config, false).await
     }
 
+    /// Serves the faulty model alone, under the given `[batching]` and `[limits]` bodies
+    /// (see [`faulty_config`]), from a repository deleted with the server.
+    pub async fn start_faulty(batching: &str, limits: &str) -> Self {
+        let repository = faulty_repository(&faulty_config(batching, limits));
+        let mut server = Self::start(repository.path()).await;
+        server.own_repository = Some(repository);
+        server
+    }
+
     /// Serves REST and gRPC, each on a free loopback port.
     pub async fn start_with_grpc(config: ServeConfig) -> Self {
         Self::start_serving(config, true).await
     }
 
     async fn start_serving(config: ServeConfig, grpc: bool) -> Self {
+        let server = Self::spawn(config, grpc).await;
+        server.wait_ready().await;
+        server
+    }
+
+    /// Serves REST (and gRPC if `grpc`, each on a free loopback port) and returns at once,
+    /// having sent nothing: for tests that watch the start-up, or count every connection
+    /// the server sees (its `client` stays unused unless they use it).
+    pub async fn spawn(config: ServeConfig, grpc: bool) -> Self {
         require_plugins(&config.repository);
         tensorplug::app::telemetry::init(
             &std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()),
@@ -102,15 +127,14 @@ impl TestServer {
                 let _ = rx.await;
             },
         ));
-        let server = Self {
+        Self {
             address,
             grpc_address,
             client: reqwest::Client::new(),
             shutdown: Some(tx),
             task: Some(task),
-        };
-        server.wait_ready().await;
-        server
+            own_repository: None,
+        }
     }
 
     /// Waits until the server is live and no model is still loading (models load in
@@ -144,6 +168,11 @@ impl TestServer {
             .is_some_and(|rows| rows.iter().all(|row| row["state"] != "LOADING"))
     }
 
+    /// The gRPC port's address (the server was started with gRPC).
+    pub fn grpc_address(&self) -> SocketAddr {
+        self.grpc_address.expect("a server started with gRPC")
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.address, path)
     }
@@ -170,6 +199,29 @@ impl TestServer {
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
+    /// Posts one item per value to `model`, whose one input is `x: FP32 [N, 1]` (the
+    /// faulty plugin's; negative values are its fault codes): the status and the body.
+    pub async fn post_items(&self, model: &str, values: &[f32]) -> (u16, Value) {
+        self.post_json(&format!("/v2/models/{model}/infer"), &items_request(values))
+            .await
+    }
+
+    /// [`Self::post_items`] to the model named `faulty`.
+    pub async fn post_faulty(&self, values: &[f32]) -> (u16, Value) {
+        self.post_json(FAULTY_INFER, &items_request(values)).await
+    }
+
+    /// [`Self::post_faulty`] in the background: resolves to the status and how long the
+    /// request took.
+    pub fn spawn_faulty(&self, values: &[f32]) -> JoinHandle<(u16, std::time::Duration)> {
+        let (client, url, body) = (self.client.clone(), self.url(FAULTY_INFER), items_request(values));
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let status = client.post(url).json(&body).send().await.unwrap().status().as_u16();
+            (status, started.elapsed())
+        })
+    }
+
     /// Stops the server and waits until it has drained.
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
@@ -192,6 +244,11 @@ impl Drop for TestServer {
 /// A one-tensor V2 request.
 pub fn request(input: &str, datatype: &str, shape: &[u64], data: Value) -> Value {
     serde_json::json!({"inputs": [{"name": input, "datatype": datatype, "shape": shape, "data": data}]})
+}
+
+/// A request of one item per value for an input `x: FP32 [N, 1]` (the faulty model's).
+pub fn items_request(values: &[f32]) -> Value {
+    request("x", "FP32", &[values.len() as u64, 1], serde_json::json!(values))
 }
 
 /// The f32 values of an output tensor of a JSON response.
@@ -266,6 +323,26 @@ pub fn resident_bytes() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS");
     kib * 1024
+}
+
+/// Waits up to `bound` for the server to close `stream` (EOF or reset), discarding
+/// anything it sends; how long after `since` that was, if it did.
+pub async fn closed_since(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    since: std::time::Instant,
+    bound: std::time::Duration,
+) -> Option<std::time::Duration> {
+    use tokio::io::AsyncReadExt;
+    let closed = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return since.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(bound, closed).await.ok()
 }
 
 /// Waits for every task, in order, and returns their results.

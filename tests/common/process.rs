@@ -57,29 +57,54 @@ impl ServerProcess {
 
     /// Serves `repository` like [`Self::spawn`], returning as soon as it listens.
     pub async fn spawn_unready(repository: &Path, extra: &[&str]) -> Self {
+        Self::spawn_limited(repository, extra, None).await
+    }
+
+    /// [`Self::spawn_unready`] under a limit of `descriptors` open files (soft and hard,
+    /// RLIMIT_NOFILE) when given.
+    pub async fn spawn_limited(repository: &Path, extra: &[&str], descriptors: Option<u64>) -> Self {
         super::require_plugins(repository);
         // TENSORPLUG_TEST_BINARY: another build (an older one, for "before" figures).
         let binary =
             std::env::var("TENSORPLUG_TEST_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tensorplug").into());
-        let mut child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg("serve")
             .arg(repository)
             .args(["--host", "127.0.0.1", "--http-port", "0"])
-            // gRPC off unless the test gives it a port (see [`free_port`]).
+            // gRPC off unless the test asks for it (`--grpc-port 0`: any free port).
             .args(
                 (!extra.contains(&"--grpc-port"))
-                    .then_some(["--grpc-port", "0"])
+                    .then_some(["--grpc-port", "off"])
                     .into_iter()
                     .flatten(),
             )
-            .args(["--no-cache", "--log", "info"])
+            // No compile cache unless the test gives it a folder.
+            .args((!extra.contains(&"--cache-dir")).then_some("--no-cache"))
+            .args(["--log", "info"])
             .args(extra)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the tensorplug binary");
+            .stderr(Stdio::piped());
+        if let Some(limit) = descriptors {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec the closure only calls setrlimit, which is
+            // async-signal-safe, on a struct on its own stack.
+            unsafe {
+                command.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = command.spawn().expect("start the tensorplug binary");
         let log = Arc::new(Mutex::new(Vec::new()));
         for stream in [
             child
@@ -136,6 +161,29 @@ impl ServerProcess {
             .iter()
             .find_map(|line| line.split(" grpc=").nth(1)?.split_whitespace().next()?.parse().ok())
             .unwrap_or_else(|| panic!("no gRPC address in the log: {:?}", self.log()))
+    }
+
+    /// A line already logged that matches `matches`.
+    pub fn logged(&self, what: &str, matches: impl Fn(&str) -> bool) -> String {
+        let log = self.log();
+        log.iter()
+            .find(|l| matches(l))
+            .cloned()
+            .unwrap_or_else(|| panic!("no log line with {what}:\n{}", log.join("\n")))
+    }
+
+    /// Waits (up to a minute) for a log line matching `matches`, and returns it.
+    pub async fn wait_for_log(&self, what: &str, matches: impl Fn(&str) -> bool) -> String {
+        let started = Instant::now();
+        loop {
+            if let Some(line) = self.log.lock().unwrap().iter().find(|l| matches(l)) {
+                return line.clone();
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                panic!("no log line with {what}; log so far:\n{}", self.log().join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -196,6 +244,24 @@ impl ServerProcess {
         std::fs::write(format!("/proc/{}/clear_refs", self.pid()), "5").expect("reset the peak RSS");
     }
 
+    /// POSTs `body` as JSON, waiting up to `within` for the answer: the status, the
+    /// answer's text and how long it took.
+    pub async fn post_timed(&self, path: &str, body: Vec<u8>, within: Duration) -> (u16, String, Duration) {
+        let started = Instant::now();
+        let response = self
+            .client
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .timeout(within)
+            .send()
+            .await
+            .expect("the server answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("a body");
+        (status, text, started.elapsed())
+    }
+
     /// Sends raw bytes on a fresh connection and returns everything the server answered
     /// until it closed the connection or `within` passed.
     pub async fn raw_exchange(&self, request: &[u8], within: Duration) -> String {
@@ -206,12 +272,6 @@ impl ServerProcess {
         let _ = tokio::time::timeout(within, stream.read_to_end(&mut answer)).await;
         String::from_utf8_lossy(&answer).into_owned()
     }
-}
-
-/// A loopback port free at the time of asking (for `--grpc-port`, which takes no 0).
-pub fn free_port() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").port().to_string()
 }
 
 /// The REST address a start-up log line announces, in text (`address=...`) or JSON

@@ -110,7 +110,7 @@ fn digits_answer(line: &Value) -> (i64, Vec<f32>) {
 async fn the_digits_requests_through_every_transport_match_the_oracle_in_order() {
     let server = TestServer::start_with_grpc(ServeConfig::for_repository(repository())).await;
     let rest = server.address.to_string();
-    let grpc = server.grpc_address.expect("gRPC").to_string();
+    let grpc = server.grpc_address().to_string();
     let requests: Vec<Value> = std::fs::read_to_string(digits_file())
         .unwrap()
         .lines()
@@ -161,7 +161,7 @@ async fn the_digits_requests_through_every_transport_match_the_oracle_in_order()
     server.stop().await;
 }
 
-/// The faulty model with no queue delay (examples/faulty: x = -1 panics, -5 is rejected).
+/// The faulty model with no queue delay (tests/plugins/faulty: x = -1 panics, -5 is rejected).
 fn faulty_models() -> tempfile::TempDir {
     faulty_repository(&faulty_config("max_batch_size = 32\nmax_queue_delay_us = 0", ""))
 }
@@ -194,7 +194,7 @@ async fn a_mixed_file_answers_every_good_line_and_each_bad_one_with_its_own_reas
     let input = dir.path().join("mixed.jsonl");
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
     let rest = server.address.to_string();
-    let grpc = server.grpc_address.expect("gRPC").to_string();
+    let grpc = server.grpc_address().to_string();
     let repository = models.path().display().to_string();
     let runs: [(&str, Vec<&str>); 3] = [
         ("REST", vec!["-u", &rest]),
@@ -741,7 +741,7 @@ async fn over_grpc_a_line_sent_alone_keeps_its_exact_status() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("one.jsonl");
     std::fs::write(&input, x_line(&[-5.0]) + "\n").unwrap();
-    let grpc = server.grpc_address.expect("gRPC").to_string();
+    let grpc = server.grpc_address().to_string();
     let list = args(&[
         "-m",
         "faulty",

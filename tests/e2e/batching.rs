@@ -36,11 +36,7 @@ async fn sixty_four_concurrent_clients_share_batches_and_get_their_own_answers()
 
     let clients: Vec<_> = (0..64)
         .map(|client_index| {
-            let (client, url, cases) = (
-                server.client.clone(),
-                server.url("/v2/models/digits/infer"),
-                cases.clone(),
-            );
+            let (client, url, cases) = (server.client.clone(), server.url(common::DIGITS_INFER), cases.clone());
             tokio::spawn(async move {
                 // Each client walks its own slice of the test set: answers differ per client.
                 for round in 0..20 {

@@ -40,7 +40,7 @@ async fn the_unmodified_python_clients_from_pypi_agree() {
 
     let repository = repository();
     let server = TestServer::start_with_grpc(ServeConfig::for_repository(repository.path())).await;
-    let grpc = server.grpc_address.expect("gRPC address");
+    let grpc = server.grpc_address();
     let started = Instant::now();
     let mut conformance = Command::new(&python);
     conformance

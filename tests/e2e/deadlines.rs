@@ -1,5 +1,5 @@
 //! Deadlines that hold whatever the plugin does, host calls included: a plugin parked in
-//! a WASI sleep (fault -9 of examples/faulty) or sleeping in `init`.
+//! a WASI sleep (fault -9 of tests/plugins/faulty) or sleeping in `init`.
 
 use std::time::{Duration, Instant};
 
@@ -8,29 +8,19 @@ use serde_json::json;
 use crate::common;
 use common::{request, TestServer};
 
-const INFER: &str = "/v2/models/faulty/infer";
-
-/// Sends a one-item request for `x`; resolves to its status and how long it took.
-fn timed_single(server: &TestServer, x: f32) -> tokio::task::JoinHandle<(u16, Duration)> {
-    let (client, url) = (server.client.clone(), server.url(INFER));
-    tokio::spawn(async move {
-        let started = Instant::now();
-        let body = request("x", "FP32", &[1, 1], json!([x]));
-        let status = client.post(url).json(&body).send().await.unwrap().status().as_u16();
-        (status, started.elapsed())
-    })
-}
+use crate::common::FAULTY_INFER;
+use tensorplug::app::config::ServeConfig;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_sleeping_in_a_host_call_answers_504_at_its_deadline() {
-    let repository = common::faulty_repository(&common::faulty_config(
+    let server = TestServer::start_faulty(
         "max_batch_size = 8\nmax_queue_delay_us = 50000",
         "instances = 1\ntimeout_ms = 300",
-    ));
-    let server = TestServer::start(repository.path()).await;
+    )
+    .await;
 
     // Alone: one deadline, not the 3 s the plugin asked for.
-    let (status, took) = timed_single(&server, -9.0).await.unwrap();
+    let (status, took) = server.spawn_faulty(&[-9.0]).await.unwrap();
     assert_eq!(status, 504);
     assert!(
         took < Duration::from_millis(300 + 400),
@@ -39,8 +29,8 @@ async fn a_plugin_sleeping_in_a_host_call_answers_504_at_its_deadline() {
 
     // With neighbours in its batch: they pay one deadline plus their own short re-run,
     // the sleeper one more deadline (it is re-run alone), never its 3 s.
-    let sleeper = timed_single(&server, -9.0);
-    let neighbours: Vec<_> = (1..=3).map(|x| timed_single(&server, x as f32)).collect();
+    let sleeper = server.spawn_faulty(&[-9.0]);
+    let neighbours: Vec<_> = (1..=3).map(|x| server.spawn_faulty(&[x as f32])).collect();
     let (status, took) = sleeper.await.unwrap();
     assert_eq!(status, 504);
     assert!(
@@ -55,9 +45,7 @@ async fn a_plugin_sleeping_in_a_host_call_answers_504_at_its_deadline() {
             "a neighbour answered after {took:?}"
         );
     }
-    let (status, body) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([4.0])))
-        .await;
+    let (status, body) = server.post_faulty(&[4.0]).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         common::output_f32(&body, "y"),
@@ -69,14 +57,14 @@ async fn a_plugin_sleeping_in_a_host_call_answers_504_at_its_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sleepers_do_not_starve_another_client() {
-    let repository = common::faulty_repository(&common::faulty_config(
+    let server = TestServer::start_faulty(
         "max_batch_size = 1\nmax_queue_delay_us = 0",
         "instances = 2\ntimeout_ms = 300",
-    ));
-    let server = TestServer::start(repository.path()).await;
-    let sleepers: Vec<_> = (0..2).map(|_| timed_single(&server, -9.0)).collect();
+    )
+    .await;
+    let sleepers: Vec<_> = (0..2).map(|_| server.spawn_faulty(&[-9.0])).collect();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let (status, took) = timed_single(&server, 1.0).await.unwrap();
+    let (status, took) = server.spawn_faulty(&[1.0]).await.unwrap();
     assert_eq!(status, 200);
     // It waits for an instance at most one deadline.
     assert!(took < Duration::from_millis(300 + 400), "answered after {took:?}");
@@ -121,19 +109,10 @@ async fn the_server_is_live_while_a_slow_model_loads_and_ready_after() {
         common::faulty_config("max_batch_size = 1", "instances = 1")
     );
     let repository = common::faulty_repository(&config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    // Not `start`, which would wait for the model.
+    let server = TestServer::spawn(ServeConfig::for_repository(repository.path()), false).await;
     let started = Instant::now();
-    let server = tokio::spawn(tensorplug::app::server::run(
-        tensorplug::app::config::ServeConfig::for_repository(repository.path()),
-        listener,
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-    let client = reqwest::Client::new();
-    let url = |path: &str| format!("http://{address}{path}");
+    let (client, url) = (&server.client, |path: &str| server.url(path));
     let live = loop {
         if let Ok(r) = client.get(url("/v2/health/live")).send().await {
             break r.status().as_u16();
@@ -149,7 +128,7 @@ async fn the_server_is_live_while_a_slow_model_loads_and_ready_after() {
     let ready = client.get(url("/v2/health/ready")).send().await.unwrap().status();
     assert_eq!(ready, 503, "not ready while the model loads");
     let early = client
-        .post(url(INFER))
+        .post(url(FAULTY_INFER))
         .json(&request("x", "FP32", &[1, 1], json!([1.0])))
         .send()
         .await
@@ -164,22 +143,21 @@ async fn the_server_is_live_while_a_slow_model_loads_and_ready_after() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(ready_at >= Duration::from_millis(1500), "ready after {ready_at:?}");
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn items_of_a_request_that_timed_out_free_their_instance_promptly() {
-    let repository = common::faulty_repository(&common::faulty_config(
+    let server = TestServer::start_faulty(
         "max_batch_size = 16\nmax_queue_delay_us = 0",
         "instances = 1\ntimeout_ms = 1500",
-    ));
-    let server = TestServer::start(repository.path()).await;
+    )
+    .await;
     // Sixteen looping items, with a 300 ms budget for the whole request.
     let mut looping = request("x", "FP32", &[16, 1], json!(vec![-2.0; 16]));
     looping["parameters"] = json!({"timeout": 300_000});
     let started = Instant::now();
-    let (status, body) = server.post_json(INFER, &looping).await;
+    let (status, body) = server.post_json(FAULTY_INFER, &looping).await;
     assert_eq!(status, 207, "{body}");
     assert!(
         started.elapsed() < Duration::from_millis(1000),
@@ -189,9 +167,7 @@ async fn items_of_a_request_that_timed_out_free_their_instance_promptly() {
     // The batch runs into its 1.5 s call limit once; its items are not re-run one by one
     // (16 more limits) for a client that is no longer waiting.
     let started = Instant::now();
-    let (status, body) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([3.0])))
-        .await;
+    let (status, body) = server.post_faulty(&[3.0]).await;
     assert_eq!(status, 200, "{body}");
     assert!(
         started.elapsed() < Duration::from_millis(1500 + 1000),
@@ -206,16 +182,15 @@ async fn items_of_a_request_that_timed_out_free_their_instance_promptly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_clients_batch_level_error_leaves_another_clients_items_answered() {
     // Requests wait up to 300 ms for company, so the two clients share one batch.
-    let repository = common::faulty_repository(&common::faulty_config(
-        "max_batch_size = 8\nmax_queue_delay_us = 300000",
-        "instances = 1",
-    ));
-    let server = TestServer::start(repository.path()).await;
+    let server = TestServer::start_faulty("max_batch_size = 8\nmax_queue_delay_us = 300000", "instances = 1").await;
     let (bad, good) = (
         request("x", "FP32", &[1, 1], json!([-15.0])),
         request("x", "FP32", &[2, 1], json!([1.0, 2.0])),
     );
-    let (bad, good) = (server.post_json(INFER, &bad), server.post_json(INFER, &good));
+    let (bad, good) = (
+        server.post_json(FAULTY_INFER, &bad),
+        server.post_json(FAULTY_INFER, &good),
+    );
     let ((bad_status, bad_body), (good_status, good_body)) = tokio::join!(bad, good);
     assert_eq!(bad_status, 400, "{bad_body}");
     assert!(

@@ -6,7 +6,7 @@ use crate::common;
 use common::{output, output_f32, request, TestServer};
 use serde_json::{json, Value};
 
-const INFER: &str = "/v2/models/digits/infer";
+use crate::common::DIGITS_INFER;
 
 pub(crate) struct Case {
     pub(crate) pixels: Vec<f32>,
@@ -88,7 +88,7 @@ pub(crate) fn repository() -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_450_json_requests_match_the_oracle() {
     let server = TestServer::start(&repository()).await;
-    assert_oracle_one_by_one(&server, INFER).await;
+    assert_oracle_one_by_one(&server, DIGITS_INFER).await;
     server.stop().await;
 }
 
@@ -129,7 +129,7 @@ async fn all_450_binary_requests_match_the_oracle() {
         let (body, json_len) = binary_request(&case.pixels, 1);
         let response = server
             .client
-            .post(server.url(INFER))
+            .post(server.url(DIGITS_INFER))
             .header("Inference-Header-Content-Length", json_len)
             .body(body)
             .send()
@@ -164,7 +164,7 @@ async fn multi_item_requests_in_both_shapes() {
         let pixels: Vec<f32> = chunk.iter().flat_map(|c| c.pixels.clone()).collect();
         for shape in [vec![chunk.len() as u64, 64], vec![chunk.len() as u64, 8, 8]] {
             let (status, body) = server
-                .post_json(INFER, &request("input-0", "FP32", &shape, json!(pixels)))
+                .post_json(DIGITS_INFER, &request("input-0", "FP32", &shape, json!(pixels)))
                 .await;
             assert_eq!(status, 200, "{body}");
             let labels = output(&body, "label")["data"].as_array().unwrap().clone();
@@ -183,7 +183,7 @@ async fn multi_item_requests_in_both_shapes() {
     // Binary, eight items at once.
     let pixels: Vec<f32> = cases[..8].iter().flat_map(|c| c.pixels.clone()).collect();
     let (body, json_len) = binary_request(&pixels, 8);
-    let (status, _) = server.post_raw(INFER, body, Some(json_len)).await;
+    let (status, _) = server.post_raw(DIGITS_INFER, body, Some(json_len)).await;
     assert_eq!(status, 200);
     server.stop().await;
 }
@@ -195,7 +195,7 @@ async fn one_invalid_item_fails_alone() {
     let mut pixels: Vec<f32> = cases[..4].iter().flat_map(|c| c.pixels.clone()).collect();
     pixels[2 * 64 + 5] = 99.0;
     let (status, body) = server
-        .post_json(INFER, &request("input-0", "FP32", &[4, 64], json!(pixels)))
+        .post_json(DIGITS_INFER, &request("input-0", "FP32", &[4, 64], json!(pixels)))
         .await;
     assert_eq!(status, 207, "{body}");
     // A summary under `error` for clients that look for one (tritonclient).
@@ -220,7 +220,7 @@ async fn one_invalid_item_fails_alone() {
     }
     let (status, body) = server
         .post_json(
-            INFER,
+            DIGITS_INFER,
             &request("input-0", "FP32", &[1, 64], json!(pixels[2 * 64..3 * 64])),
         )
         .await;
@@ -271,7 +271,7 @@ async fn health_and_metadata() {
     // One successful item, then the counters operators scrape.
     let pixels = vec![0.0f32; 64];
     let (status, _) = server
-        .post_json(INFER, &request("input-0", "FP32", &[1, 64], json!(pixels)))
+        .post_json(DIGITS_INFER, &request("input-0", "FP32", &[1, 64], json!(pixels)))
         .await;
     assert_eq!(status, 200);
     let metrics = crate::common::metrics::scrape(&server).await;
@@ -326,7 +326,7 @@ async fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
         (serde_json::to_vec(&json!({"inputs": []})).unwrap(), "input-0"),
     ];
     for (body, needle) in bad {
-        let (status, answer) = server.post_raw(INFER, body, None).await;
+        let (status, answer) = server.post_raw(DIGITS_INFER, body, None).await;
         assert_eq!(status, 400, "{answer}");
         let message = answer["error"]
             .as_str()
@@ -334,15 +334,15 @@ async fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
         assert!(message.contains(needle), "{message:?} should mention {needle:?}");
     }
     // Oversized body, declared: refused from the headers alone, before any body byte.
-    let answer = raw_post_headers(&server, INFER, 65 * 1024 * 1024).await;
+    let answer = raw_post_headers(&server, DIGITS_INFER, 65 * 1024 * 1024).await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("larger than the limit of 67108864 bytes"), "{answer}");
     // Header length past the body.
-    let (status, _) = server.post_raw(INFER, b"{}".to_vec(), Some(10)).await;
+    let (status, _) = server.post_raw(DIGITS_INFER, b"{}".to_vec(), Some(10)).await;
     assert_eq!(status, 400);
 
     let (status, body) = server
-        .post_json(INFER, &request("input-0", "FP32", &[1, 64], pixels))
+        .post_json(DIGITS_INFER, &request("input-0", "FP32", &[1, 64], pixels))
         .await;
     assert_eq!(status, 200, "{body}");
     server.stop().await;

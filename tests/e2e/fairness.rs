@@ -2,48 +2,33 @@
 //! deadline, however many of them that request holds (re-runs of suspect items give way to
 //! fresh work, and a neighbour caught in their batch is re-run before them).
 
-use std::time::{Duration, Instant};
-
-use serde_json::json;
+use std::time::Duration;
 
 use crate::common;
-use common::{request, TestServer};
+use common::TestServer;
 
-const INFER: &str = "/v2/models/faulty/infer";
 const ITEM_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Sends `values` as one request; resolves to its status and how long it took.
-fn timed(server: &TestServer, values: Vec<f32>) -> tokio::task::JoinHandle<(u16, Duration)> {
-    let (client, url) = (server.client.clone(), server.url(INFER));
-    tokio::spawn(async move {
-        let started = Instant::now();
-        let body = request("x", "FP32", &[values.len() as u64, 1], json!(values));
-        let status = client.post(url).json(&body).send().await.unwrap().status().as_u16();
-        (status, started.elapsed())
-    })
-}
-
 /// One instance; items may run 500 ms, requests 3 s.
-async fn one_instance(queue_delay_us: u32) -> (tempfile::TempDir, TestServer) {
-    let repository = common::faulty_repository(&common::faulty_config(
+async fn one_instance(queue_delay_us: u32) -> TestServer {
+    TestServer::start_faulty(
         &format!("max_batch_size = 32\nmax_queue_delay_us = {queue_delay_us}"),
         "instances = 1\ntimeout_ms = 500\nrequest_timeout_ms = 3000",
-    ));
-    let server = TestServer::start(repository.path()).await;
-    (repository, server)
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_looping_items_cost_another_client_one_deadline_at_most() {
-    let (_repository, server) = one_instance(0).await;
-    let looping = timed(&server, vec![-2.0; 16]);
+    let server = one_instance(0).await;
+    let looping = server.spawn_faulty(&[-2.0; 16]);
     // Arrives while the 16 run their first (batch) call.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (status, first) = timed(&server, vec![1.0]).await.unwrap();
+    let (status, first) = server.spawn_faulty(&[1.0]).await.unwrap();
     assert_eq!(status, 200);
     // Arrives while the 16 are being re-run one by one.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let (status, second) = timed(&server, vec![2.0]).await.unwrap();
+    let (status, second) = server.spawn_faulty(&[2.0]).await.unwrap();
     assert_eq!(status, 200);
     let (status, held) = looping.await.unwrap();
     eprintln!("innocent clients: {first:?} and {second:?}; the 16 looping items: {status} after {held:?}");
@@ -58,7 +43,7 @@ async fn sixteen_looping_items_cost_another_client_one_deadline_at_most() {
         held < Duration::from_millis(3000 + 600),
         "the looping request took {held:?}"
     );
-    let (status, _) = timed(&server, vec![3.0]).await.unwrap();
+    let (status, _) = server.spawn_faulty(&[3.0]).await.unwrap();
     assert_eq!(status, 200);
     server.stop().await;
 }
@@ -66,10 +51,10 @@ async fn sixteen_looping_items_cost_another_client_one_deadline_at_most() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_neighbour_of_many_looping_items_is_re_run_before_them() {
     // A 50 ms gathering window puts both requests in one batch.
-    let (_repository, server) = one_instance(50_000).await;
-    let looping = timed(&server, vec![-2.0; 16]);
+    let server = one_instance(50_000).await;
+    let looping = server.spawn_faulty(&[-2.0; 16]);
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let (status, took) = timed(&server, vec![1.0]).await.unwrap();
+    let (status, took) = server.spawn_faulty(&[1.0]).await.unwrap();
     eprintln!("a neighbour of 16 looping items: {status} after {took:?}");
     assert_eq!(status, 200);
     // The batch's deadline, then its own short re-run; not after 16 more deadlines.

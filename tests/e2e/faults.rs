@@ -5,7 +5,7 @@ use crate::common;
 use common::{output_f32, request, TestServer};
 use serde_json::json;
 
-const INFER: &str = "/v2/models/faulty/infer";
+use crate::common::FAULTY_INFER;
 
 fn repository() -> std::path::PathBuf {
     common::root().join("tests/models")
@@ -14,17 +14,13 @@ fn repository() -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_item_gets_500_and_the_next_request_succeeds() {
     let server = TestServer::start(&repository()).await;
-    let (status, body) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([-1.0])))
-        .await;
+    let (status, body) = server.post_faulty(&[-1.0]).await;
     assert_eq!(status, 500, "{body}");
     let error = body["error"].as_str().unwrap();
     assert!(error.contains("faulty: panic requested"), "{error}");
     assert!(error.contains("predict"), "{error}");
 
-    let (status, body) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([21.0])))
-        .await;
+    let (status, body) = server.post_faulty(&[21.0]).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(output_f32(&body, "y"), vec![42.0]);
     server.stop().await;
@@ -33,12 +29,7 @@ async fn a_panicking_item_gets_500_and_the_next_request_succeeds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_items_each_get_their_own_status() {
     let server = TestServer::start(&repository()).await;
-    let (status, body) = server
-        .post_json(
-            INFER,
-            &request("x", "FP32", &[5, 1], json!([1.0, -1.0, 2.0, -5.0, 3.0])),
-        )
-        .await;
+    let (status, body) = server.post_faulty(&[1.0, -1.0, 2.0, -5.0, 3.0]).await;
     assert_eq!(status, 207, "{body}");
     let statuses: Vec<u64> = body["results"]
         .as_array()
@@ -61,7 +52,7 @@ async fn concurrent_with_one_fault(server: &TestServer, fault: f32) -> Vec<(u16,
     for i in 0..32 {
         let x = if i == 13 { fault } else { i as f32 };
         let client = server.client.clone();
-        let url = server.url(INFER);
+        let url = server.url(FAULTY_INFER);
         tasks.push(tokio::spawn(async move {
             let r = client
                 .post(url)
@@ -102,9 +93,7 @@ async fn one_fault_among_32_concurrent_requests_fails_only_itself() {
         }
         let stats = common::stats(&server, "faulty").await;
         assert_eq!(stats["instances_live"], stats["instances"], "fault {fault}: {stats}");
-        let (status, body) = server
-            .post_json(INFER, &request("x", "FP32", &[1, 1], json!([4.0])))
-            .await;
+        let (status, body) = server.post_faulty(&[4.0]).await;
         assert_eq!(
             (status, output_f32(&body, "y")),
             (200, vec![8.0]),
@@ -124,9 +113,7 @@ async fn contract_violations_are_caught_and_isolated() {
         (-7.0, "output 'y' is missing"),
         (-8.0, "out of range"),
     ] {
-        let (status, body) = server
-            .post_json(INFER, &request("x", "FP32", &[3, 1], json!([1.0, fault, 3.0])))
-            .await;
+        let (status, body) = server.post_faulty(&[1.0, fault, 3.0]).await;
         assert_eq!(status, 207, "fault {fault}: {body}");
         let results = body["results"].as_array().unwrap();
         assert_eq!(results[0]["status"], 200, "{body}");
@@ -143,9 +130,7 @@ async fn contract_violations_are_caught_and_isolated() {
         }
     }
     // A lone wrong-shape item: the batch is [2, 1] for one item.
-    let (status, body) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([-6.0])))
-        .await;
+    let (status, body) = server.post_faulty(&[-6.0]).await;
     assert_eq!(status, 500, "{body}");
     assert!(
         body["error"].as_str().unwrap().contains("expected leading dimension 1"),
@@ -154,31 +139,22 @@ async fn contract_violations_are_caught_and_isolated() {
     server.stop().await;
 }
 
-/// Sends a one-item request for `x` in the background; resolves to its status.
-fn spawn_single(server: &TestServer, x: f32) -> tokio::task::JoinHandle<u16> {
-    let (client, url) = (server.client.clone(), server.url(INFER));
-    tokio::spawn(async move {
-        let body = request("x", "FP32", &[1, 1], json!([x]));
-        client.post(url).json(&body).send().await.unwrap().status().as_u16()
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_503_with_retry_after() {
-    let repository = common::faulty_repository(&common::faulty_config(
+    let server = TestServer::start_faulty(
         "max_batch_size = 1\nmax_queue_delay_us = 0\nmax_queue_size = 2",
         "instances = 1\ntimeout_ms = 1500",
-    ));
-    let server = TestServer::start(repository.path()).await;
+    )
+    .await;
     // One looping item occupies the only instance for 1.5 s; two more fill the queue.
     let mut busy = Vec::new();
     for x in [-2.0, 1.0, 2.0] {
-        busy.push(spawn_single(&server, x));
+        busy.push(server.spawn_faulty(&[x]));
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let r = server
         .client
-        .post(server.url(INFER))
+        .post(server.url(FAULTY_INFER))
         .json(&request("x", "FP32", &[1, 1], json!([3.0])))
         .send()
         .await
@@ -187,25 +163,29 @@ async fn a_full_queue_answers_503_with_retry_after() {
     assert_eq!(r.headers()["retry-after"], "1");
     let body: serde_json::Value = r.json().await.unwrap();
     assert!(body["error"].as_str().unwrap().contains("queue"), "{body}");
-    let statuses: Vec<u16> = common::join_all(busy).await;
+    let statuses: Vec<u16> = common::join_all(busy)
+        .await
+        .into_iter()
+        .map(|(status, _)| status)
+        .collect();
     assert_eq!(statuses, vec![504, 200, 200]);
     server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_timeout_answers_504_and_departed_clients_cost_no_plugin_call() {
-    let repository = common::faulty_repository(&common::faulty_config(
+    let server = TestServer::start_faulty(
         "max_batch_size = 1\nmax_queue_delay_us = 0",
         "instances = 1\ntimeout_ms = 1000",
-    ));
-    let server = TestServer::start(repository.path()).await;
-    let looping = spawn_single(&server, -2.0);
+    )
+    .await;
+    let looping = server.spawn_faulty(&[-2.0]);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
     // Queued behind the loop with a 100 ms budget (microseconds, as Triton's `timeout`).
     let mut timed = request("x", "FP32", &[1, 1], json!([5.0]));
     timed["parameters"] = json!({"timeout": 100_000});
-    let (status, body) = server.post_json(INFER, &timed).await;
+    let (status, body) = server.post_json(FAULTY_INFER, &timed).await;
     assert_eq!(status, 504, "{body}");
     assert!(body["error"].as_str().unwrap().contains("timed out"), "{body}");
 
@@ -215,16 +195,14 @@ async fn request_timeout_answers_504_and_departed_clients_cost_no_plugin_call() 
         .build()
         .unwrap();
     let gone = impatient
-        .post(server.url(INFER))
+        .post(server.url(FAULTY_INFER))
         .json(&request("x", "FP32", &[1, 1], json!([6.0])))
         .send()
         .await;
     assert!(gone.is_err(), "the client should have given up");
 
-    assert_eq!(looping.await.unwrap(), 504);
-    let (status, _) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([7.0])))
-        .await;
+    assert_eq!(looping.await.unwrap().0, 504);
+    let (status, _) = server.post_faulty(&[7.0]).await;
     assert_eq!(status, 200);
     let stats = common::stats(&server, "faulty").await;
     // The loop, and the last request: the two departed items never reached the plugin.
@@ -239,7 +217,7 @@ async fn memory_stays_bounded_over_1000_faulting_requests() {
     let server = common::process::ServerProcess::spawn(&repository(), &[]).await;
     let send = |x: f32| {
         let client = server.client.clone();
-        let url = server.url(INFER);
+        let url = server.url(FAULTY_INFER);
         async move {
             client
                 .post(url)

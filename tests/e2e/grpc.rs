@@ -4,7 +4,6 @@
 //! standard health and reflection services.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -23,22 +22,19 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
+use crate::common::grpc;
+use crate::common::process::ServerProcess;
 use crate::common::{output, output_f32, request, TestServer};
 use crate::digits::{assert_matches, cases, repository};
 
 async fn start(config: ServeConfig) -> (TestServer, GrpcInferenceServiceClient<Channel>) {
     let server = TestServer::start_with_grpc(config).await;
-    let client = GrpcInferenceServiceClient::new(channel(&server).await);
+    let client = server.grpc_client().await;
     (server, client)
 }
 
 async fn channel(server: &TestServer) -> Channel {
-    let address: SocketAddr = server.grpc_address.expect("gRPC address");
-    Channel::from_shared(format!("http://{address}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect over gRPC")
+    grpc::channel(server.grpc_address()).await
 }
 
 /// A digits request of `rows` images, as typed `fp32_contents` or as raw bytes.
@@ -166,7 +162,7 @@ async fn all_450_digits_requests_match_the_oracle_typed_and_raw() {
             if i < 20 {
                 let (status, body) = server
                     .post_json(
-                        "/v2/models/digits/infer",
+                        crate::common::DIGITS_INFER,
                         &request("input-0", "FP32", &[1, 64], json!(case.pixels)),
                     )
                     .await;
@@ -724,4 +720,25 @@ async fn costly_messages_are_refused_before_decoding() {
     assert!(refused.message().contains("would decode to"), "{}", refused.message());
     drop(client);
     server.stop().await;
+}
+
+/// `--grpc-port 0`, as `--http-port 0`: any free port, announced in the log once bound,
+/// where gRPC answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_port_zero_binds_a_free_port_and_logs_it() {
+    let server = ServerProcess::spawn(&repository(), &["--grpc-port", "0"]).await;
+    let address = server.grpc_address();
+    assert_ne!(address.port(), 0, "{:?}", server.log());
+    assert_ne!(address, server.address);
+    let mut client = grpc::client(address).await;
+    let ready = client.server_ready(ServerReadyRequest {}).await.expect("ServerReady");
+    assert!(ready.get_ref().ready);
+}
+
+/// `--grpc-port off`: REST serves (the start waits until it is ready) and no gRPC port is
+/// announced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_port_off_serves_no_grpc() {
+    let server = ServerProcess::spawn(&repository(), &["--grpc-port", "off"]).await;
+    assert!(!server.log().iter().any(|l| l.contains(" grpc=")), "{:?}", server.log());
 }

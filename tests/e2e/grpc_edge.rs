@@ -18,7 +18,7 @@ use crate::common::{self, TestServer};
 
 const WITHIN: Duration = Duration::from_secs(20);
 
-const INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+use crate::common::grpc::MODEL_INFER;
 const STREAM_INFER: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
 
 /// Every RPC the server serves, and whether its request has a string field 1 (so that
@@ -29,7 +29,7 @@ const RPCS: [(&str, bool); 15] = [
     ("/inference.GRPCInferenceService/ServerMetadata", false),
     ("/inference.GRPCInferenceService/ModelReady", true),
     ("/inference.GRPCInferenceService/ModelMetadata", true),
-    (INFER, true),
+    (MODEL_INFER, true),
     (STREAM_INFER, true),
     ("/inference.GRPCInferenceService/ModelStatistics", true),
     ("/inference.GRPCInferenceService/RepositoryIndex", true),
@@ -51,7 +51,7 @@ fn faulty_config(limits: &str) -> ServeConfig {
 
 async fn faulty_server(config: ServeConfig) -> (TestServer, RawClient) {
     let server = TestServer::start_with_grpc(config).await;
-    let client = RawClient::connect(server.grpc_address.expect("gRPC address")).await;
+    let client = RawClient::connect(server.grpc_address()).await;
     (server, client)
 }
 
@@ -80,7 +80,7 @@ async fn hostile_item_messages_leave_a_readable_item_status_trailer() {
     for values in [vec![-50.0], vec![-12.0], vec![1.0, -50.0, -12.0, 3.0, -5.0]] {
         let message = faulty_request(&values).encode_to_vec();
         let answer = client
-            .call(INFER, vec![frame(&message)], true, WITHIN)
+            .call(MODEL_INFER, vec![frame(&message)], true, WITHIN)
             .await
             .expect("an answer");
         let status = answer.status();
@@ -197,7 +197,7 @@ async fn malformed_messages_and_framing_are_invalid_argument_on_every_rpc() {
                 ));
             }
         }
-        if path == INFER || path == STREAM_INFER {
+        if path == MODEL_INFER || path == STREAM_INFER {
             cases.push((
                 "5 bytes of packed FP32".into(),
                 vec![frame(&five_bytes_of_fp32())],
@@ -225,7 +225,7 @@ async fn malformed_messages_and_framing_are_invalid_argument_on_every_rpc() {
     // The server still serves.
     let answer = client
         .call(
-            INFER,
+            MODEL_INFER,
             vec![frame(&faulty_request(&[1.0]).encode_to_vec())],
             true,
             WITHIN,
@@ -251,8 +251,8 @@ async fn a_message_cut_short_is_held_only_until_the_body_read_timeout() {
     let full = frame(&faulty_request(&[1.0]).encode_to_vec());
     let one_short = full[..full.len() - 1].to_vec();
     for (path, chunks) in [
-        (INFER, vec![one_short.clone()]),
-        (INFER, Vec::new()),
+        (MODEL_INFER, vec![one_short.clone()]),
+        (MODEL_INFER, Vec::new()),
         (STREAM_INFER, vec![one_short.clone()]),
         // A stream's first message answered, its second cut short.
         (STREAM_INFER, vec![full.clone(), one_short.clone()]),
@@ -301,14 +301,7 @@ async fn large_answers_arrive_whole_in_pieces() {
          [limits]\nmemory_mib = 256\ntimeout_ms = 20000\n",
     );
     let server = TestServer::start_with_grpc(ServeConfig::for_repository(repository.path())).await;
-    let address = server.grpc_address.expect("gRPC address");
-    let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    let mut client = tensorplug::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient::new(channel)
-        .max_decoding_message_size(usize::MAX);
+    let mut client = server.grpc_client().await.max_decoding_message_size(usize::MAX);
     let check = |raw: &[Vec<u8>]| {
         assert_eq!(raw.len(), 1);
         assert_eq!(raw[0].len(), 16 << 20);

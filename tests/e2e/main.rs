@@ -1,5 +1,5 @@
 //! End-to-end tests: the real server on 127.0.0.1:0 (in this process, or the real binary
-//! as a child), real plugins built from examples/, real HTTP. One test binary, so the
+//! as a child), real plugins built from examples/ and tests/plugins/, real HTTP. One test binary, so the
 //! host is linked once for all of them.
 
 #[path = "../common/mod.rs"]

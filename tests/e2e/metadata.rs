@@ -1,10 +1,8 @@
 //! A version's metadata is what its first successful `init` declared: later inits (more
 //! instances, replacements after a trap) that declare something else change nothing.
 
-use serde_json::json;
-
 use crate::common;
-use common::{request, TestServer};
+use common::TestServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_stays_what_the_first_init_declared() {
@@ -22,9 +20,7 @@ async fn metadata_stays_what_the_first_init_declared() {
     assert_eq!(metadata["parameters"]["purpose"], "fault injection");
     // Each panic replaces an instance, whose init declares another nonce.
     for _ in 0..3 {
-        let (status, body) = server
-            .post_json("/v2/models/faulty/infer", &request("x", "FP32", &[1, 1], json!([-1.0])))
-            .await;
+        let (status, body) = server.post_faulty(&[-1.0]).await;
         assert_eq!(status, 500, "{body}");
     }
     let stats = common::stats(&server, "faulty").await;

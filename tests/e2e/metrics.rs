@@ -14,7 +14,7 @@ use tonic::transport::Channel;
 use crate::common::metrics::scrape;
 use crate::common::{self, request, TestServer};
 
-const INFER: &str = "/v2/models/faulty/infer";
+use crate::common::FAULTY_INFER;
 
 fn faulty(labels: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
     let mut all = vec![("model", "faulty"), ("version", "1")];
@@ -24,7 +24,7 @@ fn faulty(labels: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'stati
 
 /// Sends a request of one item per value in the background; resolves to its status.
 fn spawn_request(server: &TestServer, values: Vec<f32>) -> tokio::task::JoinHandle<u16> {
-    let (client, url) = (server.client.clone(), server.url(INFER));
+    let (client, url) = (server.client.clone(), server.url(FAULTY_INFER));
     tokio::spawn(async move {
         let n = values.len() as u64;
         let body = request("x", "FP32", &[n, 1], json!(values));
@@ -39,49 +39,32 @@ fn spawn_request(server: &TestServer, values: Vec<f32>) -> tokio::task::JoinHand
     })
 }
 
-async fn grpc_client(server: &TestServer) -> GrpcInferenceServiceClient<Channel> {
-    let address = server.grpc_address.expect("gRPC address");
-    let channel = Channel::from_shared(format!("http://{address}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    GrpcInferenceServiceClient::new(channel)
-}
-
-async fn post(server: &TestServer, values: &[f32]) -> (u16, serde_json::Value) {
-    let n = values.len() as u64;
-    server
-        .post_json(INFER, &request("x", "FP32", &[n, 1], json!(values)))
-        .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_and_histograms_move_exactly_with_a_known_sequence() {
     // One instance, no waiting for fuller batches, room for three queued items: every
     // request below is one batch, and the fourth step can fill the queue.
-    let repository = common::faulty_repository(&common::faulty_config(
+    let server = TestServer::start_faulty(
         "max_batch_size = 4\nmax_queue_delay_us = 0\nmax_queue_size = 3",
         "instances = 1\ntimeout_ms = 400",
-    ));
-    let server = TestServer::start(repository.path()).await;
+    )
+    .await;
 
     // 1. a success; 2. a 207 (the middle item rejected by the plugin); 3. a trap.
-    assert_eq!(post(&server, &[1.0]).await.0, 200);
-    let (status, body) = post(&server, &[1.0, -5.0, 2.0]).await;
+    assert_eq!(server.post_faulty(&[1.0]).await.0, 200);
+    let (status, body) = server.post_faulty(&[1.0, -5.0, 2.0]).await;
     assert_eq!(status, 207, "{body}");
-    assert_eq!(post(&server, &[-1.0]).await.0, 500);
+    assert_eq!(server.post_faulty(&[-1.0]).await.0, 500);
     // 4. a loop holds the only instance until its 400 ms limit (504), three items wait
     // in the queue (200 once the instance is free), and the next finds it full (503).
     let looping = spawn_request(&server, vec![-2.0]);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let queued = spawn_request(&server, vec![3.0, 3.0, 3.0]);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(post(&server, &[4.0]).await.0, 503);
+    assert_eq!(server.post_faulty(&[4.0]).await.0, 503);
     assert_eq!(looping.await.expect("looping request"), 504);
     assert_eq!(queued.await.expect("queued request"), 200);
     // 5. the plugin misuses its metrics: the host refuses, the item gets the reason.
-    let (status, body) = post(&server, &[-16.0]).await;
+    let (status, body) = server.post_faulty(&[-16.0]).await;
     assert_eq!(status, 422, "{body}");
     assert!(
         body["error"]
@@ -155,13 +138,12 @@ async fn counters_and_histograms_move_exactly_with_a_known_sequence() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_misuse_is_refused_and_bounded() {
-    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 8", "instances = 1"));
-    let server = TestServer::start(repository.path()).await;
+    let server = TestServer::start_faulty("max_batch_size = 8", "instances = 1").await;
     // A first batch makes `batches` a counter.
-    assert_eq!(post(&server, &[1.0]).await.0, 200);
+    assert_eq!(server.post_faulty(&[1.0]).await.0, 200);
     // Counter used as a gauge; metadata after init; names until the cap. The neighbour
     // (x = 1) succeeds.
-    let (status, body) = post(&server, &[-17.0, -18.0, -19.0, 1.0]).await;
+    let (status, body) = server.post_faulty(&[-17.0, -18.0, -19.0, 1.0]).await;
     assert_eq!(status, 207, "{body}");
     let messages: Vec<String> = body["results"]
         .as_array()
@@ -202,7 +184,7 @@ async fn plugin_metadata_is_in_rest_and_grpc_model_metadata() {
         .expect("description")
         .contains("scikit-learn"));
 
-    let mut client = grpc_client(&server).await;
+    let mut client = server.grpc_client().await;
     let metadata = client
         .model_metadata(ModelMetadataRequest {
             name: "digits".into(),
@@ -225,7 +207,7 @@ async fn a_reload_starts_plugin_metrics_afresh_and_an_unload_removes_them() {
     let mut config = ServeConfig::for_repository(repository.path());
     config.repository_api = RepositoryApi::Open;
     let server = TestServer::start_with(config).await;
-    assert_eq!(post(&server, &[1.0]).await.0, 200);
+    assert_eq!(server.post_faulty(&[1.0]).await.0, 200);
     assert_eq!(
         scrape(&server)
             .await
@@ -262,7 +244,7 @@ async fn metrics_off_serves_no_metrics_and_inference_still_counts() {
     let mut config = ServeConfig::for_repository(repository.path());
     config.metrics = tensorplug::app::config::Metrics::Off;
     let server = TestServer::start_with(config).await;
-    assert_eq!(post(&server, &[1.0]).await.0, 200);
+    assert_eq!(server.post_faulty(&[1.0]).await.0, 200);
     let (status, body) = server.get("/metrics").await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(common::stats(&server, "faulty").await["items"], 1);
@@ -286,7 +268,7 @@ async fn the_server_is_ready_only_when_every_model_it_should_serve_is() {
     );
     std::fs::write(broken.join("model.toml"), &broken_toml).expect("model.toml");
     let server = TestServer::start_with_grpc(ServeConfig::for_repository(repository.path())).await;
-    let client = grpc_client(&server).await;
+    let client = server.grpc_client().await;
     let grpc_ready = |mut client: GrpcInferenceServiceClient<Channel>| async move {
         client
             .server_ready(ServerReadyRequest {})

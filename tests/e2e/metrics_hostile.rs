@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::common::python::{python, run_bounded, shown};
-use crate::common::{self, request, TestServer};
+use crate::common::{self, TestServer};
 
 /// The per-model cap on what plugin metrics add to the page (README, limits table).
 const BYTES_PER_MODEL: usize = 1 << 20;
@@ -127,12 +127,7 @@ impl Strict {
 
 /// Sends one item `x` to `model`; its status and error message, if any.
 async fn item(server: &TestServer, model: &str, x: f32) -> (u16, String) {
-    let (status, body) = server
-        .post_json(
-            &format!("/v2/models/{model}/infer"),
-            &request("x", "FP32", &[1, 1], json!([x])),
-        )
-        .await;
+    let (status, body) = server.post_items(model, &[x]).await;
     (status, body["error"].as_str().unwrap_or_default().to_owned())
 }
 

@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 use common::{output, output_f32, request, TestServer};
 use serde_json::{json, Value};
 
-const INFER: &str = "/v2/models/digits-onnx/infer";
+use crate::common::DIGITS_ONNX_INFER;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digits_onnx_answers_the_450_oracle_requests_one_by_one() {
     let server = TestServer::start(&examples()).await;
-    for body in assert_oracle_one_by_one(&server, INFER).await {
+    for body in assert_oracle_one_by_one(&server, DIGITS_ONNX_INFER).await {
         assert_eq!(body["model_name"], "digits-onnx");
     }
     server.stop().await;
@@ -35,7 +35,7 @@ async fn digits_onnx_answers_batched_requests_like_digits() {
             let n = chunk.len() as u64;
             let shape = if shape8x8 { vec![n, 8, 8] } else { vec![n, 64] };
             let (status, body) = server
-                .post_json(INFER, &request("input-0", "FP32", &shape, json!(pixels)))
+                .post_json(DIGITS_ONNX_INFER, &request("input-0", "FP32", &shape, json!(pixels)))
                 .await;
             assert_eq!(status, 200, "{body}");
             assert_batch_matches(&body, chunk, &format!("{shape:?}"));
@@ -45,8 +45,8 @@ async fn digits_onnx_answers_batched_requests_like_digits() {
     let mut pixels: Vec<f32> = cases[..4].iter().flat_map(|c| c.pixels.clone()).collect();
     pixels[2 * 64 + 5] = 99.0;
     let body = request("input-0", "FP32", &[4, 64], json!(pixels));
-    let (status, onnx) = server.post_json(INFER, &body).await;
-    let (digits_status, digits) = server.post_json("/v2/models/digits/infer", &body).await;
+    let (status, onnx) = server.post_json(DIGITS_ONNX_INFER, &body).await;
+    let (digits_status, digits) = server.post_json(common::DIGITS_INFER, &body).await;
     assert_eq!((status, digits_status), (207, 207), "{onnx}");
     for (a, b) in onnx["results"]
         .as_array()
@@ -256,20 +256,11 @@ fn faulty_with_graph() -> tempfile::TempDir {
     repository
 }
 
-async fn faulty_batch(server: &TestServer, xs: &[f32]) -> (u16, Value) {
-    server
-        .post_json(
-            "/v2/models/faulty/infer",
-            &request("x", "FP32", &[xs.len() as u64, 1], json!(xs)),
-        )
-        .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_graph_inputs_fail_their_item_and_load_from_bytes_is_refused() {
     let repository = faulty_with_graph();
     let server = TestServer::start(repository.path()).await;
-    let (status, body) = faulty_batch(&server, &[1.0, -21.0, 2.0, -22.0, -23.0]).await;
+    let (status, body) = server.post_faulty(&[1.0, -21.0, 2.0, -22.0, -23.0]).await;
     assert_eq!(status, 207, "{body}");
     let results = body["results"].as_array().unwrap();
     for i in [0, 2] {
@@ -299,7 +290,7 @@ async fn compute_in_a_loop_past_the_deadline_fails_its_item_only() {
     let repository = faulty_with_graph();
     let server = TestServer::start(repository.path()).await;
     let started = std::time::Instant::now();
-    let (status, body) = faulty_batch(&server, &[1.0, -20.0, 3.0]).await;
+    let (status, body) = server.post_faulty(&[1.0, -20.0, 3.0]).await;
     assert_eq!(status, 207, "{body}");
     let results = body["results"].as_array().unwrap();
     assert_eq!(results[0]["status"], 200, "{body}");
@@ -313,7 +304,7 @@ async fn compute_in_a_loop_past_the_deadline_fails_its_item_only() {
         started.elapsed()
     );
     // The replaced instance runs the shared graph as before.
-    let (status, body) = faulty_batch(&server, &[4.0, -21.0]).await;
+    let (status, body) = server.post_faulty(&[4.0, -21.0]).await;
     assert_eq!(status, 207, "{body}");
     assert_eq!(body["results"][0]["status"], 200, "{body}");
     assert_eq!(body["results"][1]["status"], 400, "{body}");
@@ -353,7 +344,7 @@ async fn a_heavy_compute_is_stopped_at_its_deadline_and_its_neighbours_answered(
     let server = TestServer::start(repository.path()).await;
     // Alone: the 504 comes at the deadline, not when the compute would have ended.
     let started = std::time::Instant::now();
-    let (status, body) = faulty_batch(&server, &[-40.0]).await;
+    let (status, body) = server.post_faulty(&[-40.0]).await;
     let took = started.elapsed();
     assert_eq!(status, 504, "{body}");
     assert!(
@@ -368,7 +359,7 @@ async fn a_heavy_compute_is_stopped_at_its_deadline_and_its_neighbours_answered(
         "answered after {took:?}"
     );
     // Beside others: they are answered; the instance is replaced and serves again.
-    let (status, body) = faulty_batch(&server, &[1.0, -40.0, 3.0]).await;
+    let (status, body) = server.post_faulty(&[1.0, -40.0, 3.0]).await;
     assert_eq!(status, 207, "{body}");
     let results = body["results"].as_array().unwrap();
     assert_eq!(
@@ -377,7 +368,7 @@ async fn a_heavy_compute_is_stopped_at_its_deadline_and_its_neighbours_answered(
         "{body}"
     );
     assert_eq!(results[1]["status"], 504, "{body}");
-    let (status, body) = faulty_batch(&server, &[5.0]).await;
+    let (status, body) = server.post_faulty(&[5.0]).await;
     assert_eq!(status, 200, "{body}");
     let stats = common::stats(&server, "faulty").await;
     assert!(stats["instance_replacements"].as_u64().unwrap() >= 2, "{stats}");
@@ -411,7 +402,7 @@ async fn an_output_larger_than_the_instance_is_the_items_error() {
     // [1024, 1] x [1, 65536]: a 256 MiB output for an instance of 64 MiB.
     let repository = faulty_with_graphs("memory_mib = 64", "", &[("wide", common::onnx::widen(65_536))]);
     let server = TestServer::start(repository.path()).await;
-    let (status, body) = faulty_batch(&server, &[1.0, -41.0]).await;
+    let (status, body) = server.post_faulty(&[1.0, -41.0]).await;
     assert_eq!(status, 207, "{body}");
     assert_eq!(body["results"][0]["status"], 200, "{body}");
     assert_eq!(body["results"][1]["status"], 422, "{body}");

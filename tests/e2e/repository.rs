@@ -12,7 +12,7 @@ use common::{output_f32, request, TestServer};
 use serde_json::{json, Value};
 use tensorplug::app::config::{ModelControl, RepositoryApi, ServeConfig};
 
-const INFER: &str = "/v2/models/faulty/infer";
+use crate::common::FAULTY_INFER;
 
 /// The faulty model's model.toml at `version`, multiplying by `scale`.
 fn faulty_toml(version: u32, scale: u32, extra_parameters: &str) -> String {
@@ -54,7 +54,7 @@ impl Load {
             .map(|_| {
                 let (stop, failures, answers) = (stop.clone(), failures.clone(), answers.clone());
                 let client = server.client.clone();
-                let url = server.url(INFER);
+                let url = server.url(FAULTY_INFER);
                 tokio::spawn(async move {
                     while !stop.load(Ordering::Relaxed) {
                         let sent = client
@@ -256,28 +256,20 @@ async fn broken_builds_never_take_a_working_model_down() {
 async fn model_folders_come_and_go() {
     let repository = tempfile::tempdir().unwrap();
     let server = TestServer::start(repository.path()).await;
-    assert_eq!(infer_one(&server, 1.0).await, 404);
+    assert_eq!(server.post_faulty(&[1.0]).await.0, 404);
 
     // Written into a hidden folder, then renamed into place: one atomic appearance.
     let staging = repository.path().join(".staging");
     faulty_folder(&staging, &faulty_toml(1, 2, ""));
     std::fs::rename(staging.join("faulty"), repository.path().join("faulty")).unwrap();
     wait_for_status(&server, "/v2/models/faulty/ready", 200).await;
-    let status = infer_one(&server, 1.0).await;
+    let status = server.post_faulty(&[1.0]).await.0;
     assert_eq!(status, 200);
 
     std::fs::remove_dir_all(repository.path().join("faulty")).unwrap();
     wait_for_status(&server, "/v2/models/faulty", 404).await;
-    assert_eq!(infer_one(&server, 1.0).await, 404);
+    assert_eq!(server.post_faulty(&[1.0]).await.0, 404);
     server.stop().await;
-}
-
-/// The status of a one-item request for `x` to the faulty model.
-async fn infer_one(server: &TestServer, x: f32) -> u16 {
-    server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([x])))
-        .await
-        .0
 }
 
 async fn post_with_token(server: &TestServer, path: &str, token: Option<&str>) -> (u16, String) {
@@ -325,9 +317,7 @@ async fn repository_api_loads_and_unloads_behind_a_token() {
             .0,
         200
     );
-    let (status, body) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([1.5])))
-        .await;
+    let (status, body) = server.post_faulty(&[1.5]).await;
     assert_eq!((status, output_f32(&body, "y")), (200, vec![3.0]));
 
     assert_eq!(
@@ -336,7 +326,7 @@ async fn repository_api_loads_and_unloads_behind_a_token() {
             .0,
         200
     );
-    assert_eq!(infer_one(&server, 1.0).await, 404);
+    assert_eq!(server.post_faulty(&[1.0]).await.0, 404);
     let (_, body) = post_with_token(&server, "/v2/repository/index", token).await;
     let index: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(index[0]["state"], "UNAVAILABLE");
@@ -420,9 +410,7 @@ async fn by_default_nobody_can_unload_a_model_and_it_keeps_serving() {
     assert_eq!(status, 403);
     // The read-only index stays available.
     assert_eq!(post_with_token(&server, "/v2/repository/index", None).await.0, 200);
-    let (status, body) = server
-        .post_json("/v2/models/faulty/infer", &request("x", "FP32", &[1, 1], json!([1.0])))
-        .await;
+    let (status, body) = server.post_faulty(&[1.0]).await;
     assert_eq!(status, 200, "{body}");
     server.stop().await;
 }

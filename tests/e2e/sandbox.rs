@@ -1,12 +1,12 @@
 //! Whole-instance limits and bounded sizes, against plugins written to break them
-//! (faults -10, -11 and -12 of examples/faulty).
+//! (faults -10, -11 and -12 of tests/plugins/faulty).
 
 use serde_json::json;
 
 use crate::common;
 use common::{request, TestServer};
 
-const INFER: &str = "/v2/models/faulty/infer";
+use crate::common::FAULTY_INFER;
 
 /// Descriptors this process has open.
 fn open_descriptors() -> usize {
@@ -21,9 +21,7 @@ async fn a_plugin_hoarding_handles_traps_at_the_cap_and_the_server_keeps_its_des
     ));
     let server = TestServer::start(repository.path()).await;
     let before = open_descriptors();
-    let (status, body) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([-10.0])))
-        .await;
+    let (status, body) = server.post_faulty(&[-10.0]).await;
     assert_eq!(status, 500, "{body}");
     let message = body["error"].as_str().unwrap();
     assert!(message.contains("limits.max_handles"), "{message}");
@@ -31,20 +29,17 @@ async fn a_plugin_hoarding_handles_traps_at_the_cap_and_the_server_keeps_its_des
     // The trapped instance (and its files) is gone; the server still opens what it needs.
     let after = open_descriptors();
     assert!(after <= before + 8, "descriptors: {before} before, {after} after");
-    let (status, body) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([2.0])))
-        .await;
+    let (status, body) = server.post_faulty(&[2.0]).await;
     assert_eq!(status, 200, "{body}");
     server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ten_mib_error_message_is_cut_in_the_answer() {
-    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 1", "instances = 1"));
-    let server = TestServer::start(repository.path()).await;
+    let server = TestServer::start_faulty("max_batch_size = 1", "instances = 1").await;
     let response = server
         .client
-        .post(server.url(INFER))
+        .post(server.url(FAULTY_INFER))
         .json(&request("x", "FP32", &[1, 1], json!([-12.0])))
         .send()
         .await
@@ -67,7 +62,7 @@ async fn a_log_flood_is_cut_to_the_per_call_budget() {
     let server = common::process::ServerProcess::spawn(repository.path(), &[]).await;
     let response = server
         .client
-        .post(server.url(INFER))
+        .post(server.url(FAULTY_INFER))
         .json(&request("x", "FP32", &[1, 1], json!([-11.0])))
         .send()
         .await
@@ -86,14 +81,11 @@ async fn a_log_flood_is_cut_to_the_per_call_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_and_flooded_outputs_are_contract_violations_of_their_items_only() {
-    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 8", "instances = 1"));
-    let server = TestServer::start(repository.path()).await;
+    let server = TestServer::start_faulty("max_batch_size = 8", "instances = 1").await;
     for fault in [-13.0, -14.0] {
         let started = std::time::Instant::now();
         // One request of three items: the culprit fails alone, its neighbours get one `y` each.
-        let (status, body) = server
-            .post_json(INFER, &request("x", "FP32", &[3, 1], json!([1.0, fault, 3.0])))
-            .await;
+        let (status, body) = server.post_faulty(&[1.0, fault, 3.0]).await;
         assert_eq!(status, 207, "{body}");
         let results = body["results"].as_array().unwrap();
         assert_eq!(results[1]["status"], 500, "{body}");
@@ -124,7 +116,7 @@ enum Extra {
     Table(u64),
 }
 
-/// The wasip1 build of examples/faulty (a core module, which the host turns into a
+/// The wasip1 build of tests/plugins/faulty (a core module, which the host turns into a
 /// component at load) with `extra` appended, and every other section kept as built.
 fn hostile_plugin(extra: Extra) -> Vec<u8> {
     use wasm_encoder::{MemorySection, MemoryType, RawSection, RefType, TableSection, TableType};

@@ -4,8 +4,6 @@
 
 use crate::common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::process::ServerProcess;
@@ -20,49 +18,9 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
         "max_batch_size = 64\nmax_queue_delay_us = 1500000",
         "instances = 1",
     ));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tensorplug"))
-        .args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--http-port",
-            "0",
-            "--grpc-port",
-            "0",
-            "--log",
-            "info",
-            "--no-cache",
-        ])
-        .arg(repository.path())
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start tensorplug");
-    let stdout = child.stdout.take().expect("stdout");
-    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
-    let address = loop {
-        let line = lines_rx.recv_timeout(Duration::from_secs(60)).expect("server log line");
-        if let Some(rest) = line.split(" address=").nth(1) {
-            break rest.split_whitespace().next().expect("address").to_string();
-        }
-    };
-
-    let client = reqwest::Client::new();
-    // The server listens while its model loads: wait until it is ready.
-    for _ in 0..600 {
-        let ready = client.get(format!("http://{address}/v2/health/ready")).send().await;
-        if ready.is_ok_and(|r| r.status().is_success()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let url = format!("http://{address}/v2/models/faulty/infer");
+    // Ready: its model has loaded.
+    let mut server = ServerProcess::spawn(repository.path(), &[]).await;
+    let (client, url) = (server.client.clone(), server.url(common::FAULTY_INFER));
     let requests: Vec<_> = (0..8)
         .map(|i| {
             let (client, url) = (client.clone(), url.clone());
@@ -79,23 +37,16 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    server.terminate();
 
     for (i, task) in requests.into_iter().enumerate() {
         let (status, body) = task.await.unwrap().expect("request completed");
         assert_eq!(status, 200, "{body}");
         assert_eq!(output_f32(&body, "y"), vec![2.0 * i as f32]);
     }
-    let exit = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .expect("wait");
+    let exit = server.wait_exit(Duration::from_secs(60)).await.expect("exited");
     assert_eq!(exit.code(), Some(0));
-    let log: Vec<String> = lines_rx.try_iter().collect();
+    let log = server.log();
     assert!(log.iter().any(|l| l.contains("shutting down")), "{log:?}");
 }
 
@@ -108,7 +59,7 @@ async fn the_drain_ends_within_the_grace_period_even_with_a_request_running_past
     ));
     let mut server = ServerProcess::spawn(repository.path(), &["--shutdown-grace-secs", "1"]).await;
     let client = server.client.clone();
-    let url = server.url("/v2/models/faulty/infer");
+    let url = server.url(common::FAULTY_INFER);
     let spinning = tokio::spawn(async move {
         client
             .post(url)

@@ -1,17 +1,15 @@
 //! Only regular files are read from a model folder: a FIFO, a device or a socket named as a
 //! plugin, a graph or `model.toml` fails its model's load at once with the reason, and one
-//! a plugin opens through WASI is refused (fault codes -60 and -61 of examples/faulty)
+//! a plugin opens through WASI is refused (fault codes -60 and -61 of tests/plugins/faulty)
 //! within its call's deadline, without holding the instance.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::common;
-use common::{request, TestServer};
-
-const INFER: &str = "/v2/models/faulty/infer";
+use common::TestServer;
 
 fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
@@ -102,9 +100,7 @@ async fn special_files_fail_their_models_load_at_once_and_others_serve() {
         );
     }
     assert_eq!(row(&index, "faulty")["state"], "READY", "{index}");
-    let (status, body) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([2.0])))
-        .await;
+    let (status, body) = server.post_faulty(&[2.0]).await;
     assert_eq!(status, 200, "{body}");
     let metrics = common::metrics::scrape(&server).await;
     let host = metrics.value("tensorplug_special_files_refused_total", &[("opener", "host")]);
@@ -128,9 +124,7 @@ async fn a_plugin_cannot_open_a_fifo_in_its_folder() {
     let server = TestServer::start(repository.path()).await;
     for code in [-60.0, -61.0] {
         let started = Instant::now();
-        let (status, body) = server
-            .post_json(INFER, &request("x", "FP32", &[1, 1], json!([code])))
-            .await;
+        let (status, body) = server.post_faulty(&[code]).await;
         let took = started.elapsed();
         eprintln!("fault {code}: {status} after {took:?}");
         // Refused at the open, an item error: not a deadline, not a held instance.
@@ -139,9 +133,7 @@ async fn a_plugin_cannot_open_a_fifo_in_its_folder() {
         assert!(message.contains("denied"), "{message}");
         assert!(took < Duration::from_millis(400), "answered after {took:?}");
     }
-    let (status, body) = server
-        .post_json(INFER, &request("x", "FP32", &[1, 1], json!([3.0])))
-        .await;
+    let (status, body) = server.post_faulty(&[3.0]).await;
     assert_eq!(status, 200, "the instance serves on: {body}");
     let metrics = common::metrics::scrape(&server).await;
     assert!(metrics.value("tensorplug_special_files_refused_total", &[("opener", "plugin")]) >= 2.0);

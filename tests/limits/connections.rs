@@ -8,10 +8,7 @@
 
 use crate::common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -20,10 +17,9 @@ use tempfile::TempDir;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
-use common::output;
+use common::process::ServerProcess;
+use common::{output, TestServer};
 use tensorplug::app::config::{Cli, ConnectionArgs, ServeConfig};
 
 /// The longest any single wait of these tests may take.
@@ -53,26 +49,16 @@ fn connection_args(header_read_ms: u64, body_read_ms: u64, idle_ms: u64) -> Conn
 /// talks to the server only over connections of its own that close after one answer:
 /// a pooling client's spare connections would time out too and blur the counts.
 struct Examples {
+    server: TestServer,
     address: SocketAddr,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: JoinHandle<anyhow::Result<()>>,
 }
 
 impl Examples {
     async fn serve(connections: ConnectionArgs) -> Self {
         let mut config = ServeConfig::for_repository(common::root().join("examples/models"));
         config.connections = connections;
-        common::require_plugins(&config.repository);
-        tensorplug::app::telemetry::init(
-            &std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()),
-            Default::default(),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(tensorplug::app::server::run(config, listener, async move {
-            let _ = rx.await;
-        }));
+        let server = TestServer::spawn(config, false).await;
+        let address = server.address;
         // The server listens while its models load: ready once they have.
         let started = tokio::time::Instant::now();
         loop {
@@ -82,11 +68,7 @@ impl Examples {
             assert!(started.elapsed() < BOUND, "the server never became ready");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Self {
-            address,
-            shutdown: Some(tx),
-            task,
-        }
+        Self { server, address }
     }
 
     /// POSTs `body` to the digits model on a connection of its own.
@@ -99,12 +81,10 @@ impl Examples {
         (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
     }
 
-    async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        let stopped = tokio::time::timeout(BOUND, self.task).await.expect("stopped in time");
-        stopped.expect("server task").expect("server result");
+    async fn stop(self) {
+        tokio::time::timeout(BOUND, self.server.stop())
+            .await
+            .expect("stopped in time");
     }
 }
 
@@ -169,16 +149,7 @@ async fn read_response(stream: &mut (impl AsyncRead + Unpin)) -> Option<(u16, St
 /// Waits until the server closes `stream` (EOF or reset), discarding anything it sends,
 /// and returns how long after `since` that was. Fails if it stays open for `BOUND`.
 async fn closed_after(stream: &mut (impl AsyncRead + Unpin), since: Instant) -> Duration {
-    let closed = async {
-        let mut buf = [0u8; 4096];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return since.elapsed(),
-                Ok(_) => {}
-            }
-        }
-    };
-    tokio::time::timeout(BOUND, closed)
+    common::closed_since(stream, since, BOUND)
         .await
         .expect("the server closed the connection in time")
 }
@@ -385,10 +356,8 @@ fn the_connection_flags_default_as_connection_args_and_refuse_zero_timeouts() {
 
 /// The real binary, serving a digits repository of its own in poll mode, with its log.
 struct Server {
-    child: Child,
-    address: String,
-    lines: mpsc::Receiver<String>,
-    log: Vec<String>,
+    process: ServerProcess,
+    address: SocketAddr,
     /// The repository; deleted on drop.
     repository: TempDir,
     _cache: TempDir,
@@ -397,7 +366,7 @@ struct Server {
 impl Server {
     /// Starts `tensorplug serve` with `args`, under a descriptor limit of `descriptors`
     /// (soft and hard) when given.
-    fn start(args: &[&str], descriptors: Option<u64>) -> Self {
+    async fn start(args: &[&str], descriptors: Option<u64>) -> Self {
         let repository = tempfile::tempdir().unwrap();
         let digits = repository.path().join("digits");
         std::fs::create_dir(&digits).unwrap();
@@ -405,91 +374,27 @@ impl Server {
             let entry = entry.unwrap();
             std::fs::copy(entry.path(), digits.join(entry.file_name())).unwrap();
         }
-        common::require_plugins(repository.path());
         let cache = tempfile::tempdir().unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tensorplug"));
-        command
-            .args(["serve", "--host", "127.0.0.1", "--http-port", "0", "--log", "info"])
-            .args(["--grpc-port", "0"])
-            .args(["--model-control", "poll", "--watch-debounce-ms", "100"])
-            .arg("--cache-dir")
-            .arg(cache.path())
-            .args(args)
-            .arg(repository.path())
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        if let Some(limit) = descriptors {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: between fork and exec the closure only calls setrlimit, which is
-            // async-signal-safe, on a struct on its own stack.
-            unsafe {
-                command.pre_exec(move || {
-                    let limit = libc::rlimit {
-                        rlim_cur: limit,
-                        rlim_max: limit,
-                    };
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-        }
-        let mut child = command.spawn().expect("start tensorplug");
-        let stdout = child.stdout.take().expect("stdout");
-        let (lines_tx, lines) = mpsc::channel::<String>();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = lines_tx.send(line);
-            }
-        });
-        let mut server = Self {
-            child,
-            address: String::new(),
-            lines,
-            log: Vec::new(),
+        let cache_dir = cache.path().to_str().expect("a UTF-8 temporary folder");
+        let flags = [
+            "--model-control",
+            "poll",
+            "--watch-debounce-ms",
+            "100",
+            "--cache-dir",
+            cache_dir,
+        ];
+        let process = ServerProcess::spawn_limited(repository.path(), &[&flags[..], args].concat(), descriptors).await;
+        Self {
+            address: process.address,
+            process,
             repository,
             _cache: cache,
-        };
-        let line = server.wait_for_line("the listening address", |l| l.contains(" address="));
-        server.address = line
-            .split(" address=")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .expect("address")
-            .to_string();
-        server
-    }
-
-    /// A line already logged that matches `matches`.
-    fn logged(&self, what: &str, matches: impl Fn(&str) -> bool) -> String {
-        self.log
-            .iter()
-            .find(|l| matches(l))
-            .cloned()
-            .unwrap_or_else(|| panic!("no log line with {what}:\n{}", self.log.join("\n")))
-    }
-
-    /// Waits (bounded) for a log line matching `matches`, and returns it.
-    fn wait_for_line(&mut self, what: &str, matches: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.log.push(line.clone());
-                    if matches(&line) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!("no log line with {what}; log so far:\n{}", self.log.join("\n")),
-            }
         }
     }
 
     async fn probe(&self, path: &str) -> Option<(u16, String, Vec<u8>)> {
-        probe(self.address.as_str(), path).await
+        probe(self.address, path).await
     }
 
     /// Probes `path` until it is served (not refused), counting the refusals seen.
@@ -538,28 +443,10 @@ impl Server {
         .unwrap();
     }
 
-    fn stop(mut self) {
-        let killed = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(killed.success());
-        let deadline = Instant::now() + BOUND;
-        loop {
-            if let Some(exit) = self.child.try_wait().expect("wait") {
-                assert_eq!(exit.code(), Some(0));
-                return;
-            }
-            assert!(Instant::now() < deadline, "the server did not stop");
-            std::thread::sleep(ms(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    async fn stop(mut self) {
+        self.process.terminate();
+        let exit = self.process.wait_exit(BOUND).await.expect("the server did not stop");
+        assert_eq!(exit.code(), Some(0));
     }
 }
 
@@ -567,17 +454,17 @@ impl Drop for Server {
 /// one and a flood of `flood` more are refused at once with a 503, that a model reload
 /// completes while they are held, and that after their release the refusals show on
 /// /metrics and the new version serves.
-async fn the_cap_holds_and_a_reload_completes(mut server: Server, cap: usize, flood: usize) {
+async fn the_cap_holds_and_a_reload_completes(server: Server, cap: usize, flood: usize) {
     let mut refused = 0;
     server.probe_until_served("/v2/health/ready", &mut refused).await;
     server.wait_until_no_connections(&mut refused).await;
 
     let mut held = Vec::with_capacity(cap);
     for _ in 0..cap {
-        held.push(connect(server.address.as_str()).await);
+        held.push(connect(server.address).await);
     }
     let knocked = Instant::now();
-    let mut beyond = connect(server.address.as_str()).await;
+    let mut beyond = connect(server.address).await;
     let (status, head, _) = read_response(&mut beyond).await.expect("an answer beyond the cap");
     let head = head.to_ascii_lowercase();
     assert_eq!(status, 503, "{head}");
@@ -599,7 +486,7 @@ async fn the_cap_holds_and_a_reload_completes(mut server: Server, cap: usize, fl
     // client keeps its end open).
     let mut flooding = Vec::with_capacity(flood);
     for _ in 0..flood {
-        let mut connection = connect(server.address.as_str()).await;
+        let mut connection = connect(server.address).await;
         let (status, _, _) = read_response(&mut connection).await.expect("an answer to the flood");
         assert_eq!(status, 503);
         refused += 1;
@@ -608,7 +495,10 @@ async fn the_cap_holds_and_a_reload_completes(mut server: Server, cap: usize, fl
 
     // A new version, while the cap is reached: the reload must not starve.
     server.write_version("2");
-    let ready = server.wait_for_line("the reload", |l| l.contains("model ready") && l.contains("version=2"));
+    let ready = server
+        .process
+        .wait_for_log("the reload", |l| l.contains("model ready") && l.contains("version=2"))
+        .await;
     assert!(!ready.contains("failed"), "{ready}");
     let (status, _, _) = server.probe("/v2/health/live").await.expect("an answer");
     assert_eq!(status, 503, "the cap held through the reload");
@@ -633,20 +523,23 @@ async fn the_cap_holds_and_a_reload_completes(mut server: Server, cap: usize, fl
         (200, serde_json::json!(["2"])),
         "{metadata}"
     );
+    let log = server.process.log();
     assert!(
-        !server.log.iter().any(|l| l.contains("Too many open files")),
+        !log.iter().any(|l| l.contains("Too many open files")),
         "{}",
-        server.log.join("\n")
+        log.join("\n")
     );
-    server.stop();
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_connection_cap_new_connections_are_refused_at_once_and_a_reload_still_succeeds() {
     let _alone = crate::ONE_AT_A_TIME.lock().await;
     let long = ["--header-read-timeout-ms", "30000", "--idle-timeout-ms", "30000"];
-    let server = Server::start(&[&long[..], &["--max-connections", "8"]].concat(), None);
-    let limits = server.logged("the connection limits", |l| l.contains("connection limits"));
+    let server = Server::start(&[&long[..], &["--max-connections", "8"]].concat(), None).await;
+    let limits = server
+        .process
+        .logged("the connection limits", |l| l.contains("connection limits"));
     assert!(limits.contains("max_connections=8"), "{limits}");
     the_cap_holds_and_a_reload_completes(server, 8, 8).await;
 }
@@ -657,8 +550,10 @@ async fn the_descriptor_limit_lowers_the_cap_and_keeps_a_reserve_for_reloads() {
     // 160 descriptors, 128 of them reserved: 32 connections, not the default 1024. Then
     // 32 held and 200 refused: more connections than the server has descriptors.
     let long = ["--header-read-timeout-ms", "30000", "--idle-timeout-ms", "30000"];
-    let server = Server::start(&long, Some(160));
-    let limits = server.logged("the connection limits", |l| l.contains("connection limits"));
+    let server = Server::start(&long, Some(160)).await;
+    let limits = server
+        .process
+        .logged("the connection limits", |l| l.contains("connection limits"));
     assert!(
         limits.contains("max_connections=32") && limits.contains("descriptor_limit=160"),
         "{limits}"

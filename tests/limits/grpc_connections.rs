@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
 use tonic::transport::Channel;
 use tonic::Code;
 
 use crate::common;
 use crate::common::grpc::faulty_request;
+use crate::common::TestServer;
 use tensorplug::app::config::{ConnectionArgs, ServeConfig};
 use tensorplug::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tensorplug::grpc::proto::ServerReadyRequest;
@@ -23,10 +23,9 @@ const BOUND: Duration = Duration::from_secs(10);
 const IDLE: Duration = Duration::from_millis(600);
 
 struct Server {
+    server: TestServer,
     rest: SocketAddr,
     grpc: SocketAddr,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
     _repository: tempfile::TempDir,
 }
 
@@ -45,26 +44,12 @@ impl Server {
             max_connections: cap,
             ..ConnectionArgs::default()
         };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let grpc_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let (rest, grpc) = (
-            listener.local_addr().expect("address"),
-            grpc_listener.local_addr().expect("address"),
-        );
-        let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(tensorplug::app::server::run_with_grpc(
-            config,
-            listener,
-            Some(grpc_listener),
-            async move {
-                let _ = rx.await;
-            },
-        ));
+        // Probed over gRPC only: every connection counts against the cap.
+        let server = TestServer::spawn(config, true).await;
         let server = Self {
-            rest,
-            grpc,
-            shutdown: Some(tx),
-            task,
+            rest: server.address,
+            grpc: server.grpc_address(),
+            server,
             _repository: repository,
         };
         let started = Instant::now();
@@ -76,8 +61,7 @@ impl Server {
     }
 
     async fn client(&self) -> Result<GrpcInferenceServiceClient<Channel>, tonic::transport::Error> {
-        let channel = Channel::from_shared(format!("http://{}", self.grpc))
-            .expect("endpoint")
+        let channel = common::grpc::endpoint(self.grpc)
             .connect_timeout(Duration::from_secs(2))
             .connect()
             .await?;
@@ -97,28 +81,16 @@ impl Server {
         }
     }
 
-    async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        let stopped = tokio::time::timeout(BOUND, self.task).await.expect("stopped in time");
-        stopped.expect("server task").expect("server result");
+    async fn stop(self) {
+        tokio::time::timeout(BOUND, self.server.stop())
+            .await
+            .expect("stopped in time");
     }
 }
 
 /// Waits until the server closes `stream`; how long that took.
 async fn closed_within(stream: &mut TcpStream, bound: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    let closed = async {
-        let mut buf = [0u8; 1024];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return started.elapsed(),
-                Ok(_) => {}
-            }
-        }
-    };
-    tokio::time::timeout(bound, closed).await.ok()
+    common::closed_since(stream, Instant::now(), bound).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ use tonic::Code;
 use crate::common;
 use crate::common::grpc::faulty_request;
 use common::grpc_raw::{frame, RawClient};
-use common::process::{free_port, ServerProcess};
+use common::process::ServerProcess;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -57,11 +57,7 @@ async fn unread_stream_answers_stay_bounded_and_time_out() {
     const ANSWER: u64 = 16 * MIB;
     let _alone = crate::ONE_AT_A_TIME.lock().await;
     let repository = wide_faulty_repository();
-    let server = ServerProcess::spawn(
-        repository.path(),
-        &["--idle-timeout-ms", "20000", "--grpc-port", &free_port()],
-    )
-    .await;
+    let server = ServerProcess::spawn(repository.path(), &["--idle-timeout-ms", "20000", "--grpc-port", "0"]).await;
     let grpc = server.grpc_address();
     let before = server.rss_kib();
     server.reset_peak_rss();
@@ -157,7 +153,7 @@ fn memory_bound_kib(body_len: usize) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn near_limit_messages_decode_within_the_rest_bound() {
     let _alone = crate::ONE_AT_A_TIME.lock().await;
-    let server = ServerProcess::spawn(&common::root().join("examples/models"), &["--grpc-port", &free_port()]).await;
+    let server = ServerProcess::spawn(&common::root().join("examples/models"), &["--grpc-port", "0"]).await;
     let client = RawClient::connect(server.grpc_address()).await;
     let size = 63 * MIB as usize;
     let input = |datatype: &str, contents: InferTensorContents| InferInputTensor {
@@ -259,12 +255,7 @@ async fn near_limit_messages_decode_within_the_rest_bound() {
         let chunks: Vec<Vec<u8>> = body.chunks(1 << 20).map(<[u8]>::to_vec).collect();
         drop(body);
         let answer = client
-            .call(
-                "/inference.GRPCInferenceService/ModelInfer",
-                chunks,
-                true,
-                Duration::from_secs(60),
-            )
+            .call(common::grpc::MODEL_INFER, chunks, true, Duration::from_secs(60))
             .await
             .expect("an answer");
         let peak = server.peak_rss_kib();
@@ -296,8 +287,7 @@ async fn mutated_requests_never_get_internal() {
 
     const CASES: u32 = 5000;
     let _alone = crate::ONE_AT_A_TIME.lock().await;
-    let mut server =
-        ServerProcess::spawn(&common::root().join("examples/models"), &["--grpc-port", &free_port()]).await;
+    let mut server = ServerProcess::spawn(&common::root().join("examples/models"), &["--grpc-port", "0"]).await;
     let client = RawClient::connect(server.grpc_address()).await;
     let good = ModelInferRequest {
         model_name: "digits".into(),
@@ -351,7 +341,7 @@ async fn mutated_requests_never_get_internal() {
                 }
                 let answer = runtime
                     .block_on(client.call(
-                        "/inference.GRPCInferenceService/ModelInfer",
+                        common::grpc::MODEL_INFER,
                         vec![frame(&message)],
                         true,
                         Duration::from_secs(30),
@@ -383,13 +373,13 @@ async fn mutated_requests_never_get_internal() {
 async fn a_hostile_item_message_leaves_the_item_status_trailer() {
     let _alone = crate::ONE_AT_A_TIME.lock().await;
     let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 8", "timeout_ms = 5000"));
-    let server = ServerProcess::spawn(repository.path(), &["--grpc-port", &free_port()]).await;
+    let server = ServerProcess::spawn(repository.path(), &["--grpc-port", "0"]).await;
     let client = RawClient::connect(server.grpc_address()).await;
     for values in [vec![-50.0], vec![1.0, -50.0, -12.0]] {
         let message = faulty_request(&values);
         let answer = client
             .call(
-                "/inference.GRPCInferenceService/ModelInfer",
+                common::grpc::MODEL_INFER,
                 vec![frame(&message.encode_to_vec())],
                 true,
                 Duration::from_secs(30),

@@ -28,19 +28,7 @@ fn memory_bound_kib(body_len: usize) -> u64 {
 
 /// Posts `body` as JSON, returning the status, the answer and how long it took.
 async fn post(server: &ServerProcess, path: &str, body: Vec<u8>) -> (u16, String, Duration) {
-    let started = Instant::now();
-    let response = server
-        .client
-        .post(server.url(path))
-        .header("content-type", "application/json")
-        .body(body)
-        .timeout(Duration::from_secs(60))
-        .send()
-        .await
-        .expect("the server answers");
-    let status = response.status().as_u16();
-    let text = response.text().await.expect("a body");
-    (status, text, started.elapsed())
+    server.post_timed(path, body, Duration::from_secs(60)).await
 }
 
 /// Sends `body` and checks the server answers 400 quickly, stays up, and its peak
@@ -49,7 +37,7 @@ async fn refused_within_bounds(server: &mut ServerProcess, what: &str, body: Vec
     let len = body.len();
     let before = server.rss_kib();
     server.reset_peak_rss();
-    let (status, answer, took) = post(server, "/v2/models/digits/infer", body).await;
+    let (status, answer, took) = post(server, common::DIGITS_INFER, body).await;
     let peak = server.peak_rss_kib();
     assert_eq!(status, 400, "{what}: {answer}");
     assert!(answer.contains(expect), "{what}: {answer}");
@@ -130,7 +118,7 @@ async fn costly_request_shapes_are_refused_within_a_memory_bound() {
     // Nothing was lost: the model still answers.
     let (status, answer, _) = post(
         &server,
-        "/v2/models/digits/infer",
+        common::DIGITS_INFER,
         digits_request(1).to_string().into_bytes(),
     )
     .await;
@@ -154,7 +142,7 @@ async fn client_values_are_echoed_bounded_in_answers_and_logs() {
     let mut with_value = digits_request(1);
     with_value["inputs"][0]["datatype"] = json!(long);
     for (what, body) in [("name", named), ("id", with_id), ("datatype", with_value)] {
-        let (status, answer, _) = post(&server, "/v2/models/digits/infer", body.to_string().into_bytes()).await;
+        let (status, answer, _) = post(&server, common::DIGITS_INFER, body.to_string().into_bytes()).await;
         assert_eq!(status, 400, "{what}: {answer}");
         assert!(answer.len() < 512, "{what}: a {} byte answer", answer.len());
     }
@@ -166,7 +154,7 @@ async fn client_values_are_echoed_bounded_in_answers_and_logs() {
     // A long but allowed id is attached to log lines cut.
     let mut allowed = digits_request(1);
     allowed["id"] = json!("i".repeat(200));
-    let (status, answer, _) = post(&server, "/v2/models/digits/infer", allowed.to_string().into_bytes()).await;
+    let (status, answer, _) = post(&server, common::DIGITS_INFER, allowed.to_string().into_bytes()).await;
     assert_eq!(status, 200, "{answer}");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log = server.log();
@@ -205,8 +193,8 @@ async fn large_bodies_decode_without_delaying_health_checks() {
         let mut quickest = Duration::MAX;
         for _ in 0..3 {
             let (a, b) = tokio::join!(
-                post(&server, "/v2/models/digits/infer", body.to_vec()),
-                post(&server, "/v2/models/digits/infer", body.to_vec())
+                post(&server, common::DIGITS_INFER, body.to_vec()),
+                post(&server, common::DIGITS_INFER, body.to_vec())
             );
             statuses.push((a.0, b.0));
             quickest = quickest.min(a.2).min(b.2);
@@ -231,10 +219,7 @@ async fn media_types_and_codings_the_server_cannot_read_get_415() {
     let server = ServerProcess::spawn(&examples(), &[]).await;
     let body = digits_request(1).to_string();
     let send = |content_type: Option<&'static str>, encoding: Option<&'static str>| {
-        let mut request = server
-            .client
-            .post(server.url("/v2/models/digits/infer"))
-            .body(body.clone());
+        let mut request = server.client.post(server.url(common::DIGITS_INFER)).body(body.clone());
         if let Some(t) = content_type {
             request = request.header("content-type", t);
         }
@@ -273,7 +258,7 @@ async fn media_types_and_codings_the_server_cannot_read_get_415() {
     let mut bad = br#"{"id":"x"#.to_vec();
     bad.extend_from_slice(&[0xc3, 0x28]);
     bad.extend_from_slice(br#"","inputs":[]}"#);
-    let (status, answer, _) = post(&server, "/v2/models/digits/infer", bad).await;
+    let (status, answer, _) = post(&server, common::DIGITS_INFER, bad).await;
     assert_eq!(status, 400, "{answer}");
     assert!(answer.contains("UTF-8"), "{answer}");
 }
@@ -338,7 +323,7 @@ async fn mutated_requests_get_a_4xx_or_an_answer_never_a_crash() {
                 }
             }
             let is_json = serde_json::from_slice::<Value>(&body).is_ok();
-            let (status, answer, _) = runtime.block_on(post(&server, "/v2/models/digits/infer", body.clone()));
+            let (status, answer, _) = runtime.block_on(post(&server, common::DIGITS_INFER, body.clone()));
             *statuses.lock().unwrap().entry(status).or_default() += 1;
             // 504: a mutated `timeout` parameter can be a valid, tiny deadline.
             prop_assert!(

@@ -47,7 +47,7 @@ async fn concurrent_scrapes_of_the_largest_page_cost_a_few_pages() {
     let empty = scrape(&server).await;
     let response = server
         .client
-        .post(server.url("/v2/models/faulty/infer"))
+        .post(server.url(common::FAULTY_INFER))
         .json(&common::request("x", "FP32", &[1, 1], json!([-37.0])))
         .send()
         .await

@@ -6,7 +6,7 @@
 use crate::common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::onnx;
 use common::process::ServerProcess;
@@ -67,22 +67,9 @@ fn keep(repository: &Path, name: &str) {
 }
 
 async fn post(server: &ServerProcess, path: &str, body: serde_json::Value) -> (u16, serde_json::Value, Duration) {
-    let started = Instant::now();
-    let response = server
-        .client
-        .post(server.url(path))
-        .json(&body)
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-        .expect("the server answers");
-    let status = response.status().as_u16();
-    let text = response.text().await.expect("a body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(json!(text)),
-        started.elapsed(),
-    )
+    let body = serde_json::to_vec(&body).expect("JSON");
+    let (status, text, took) = server.post_timed(path, body, Duration::from_secs(120)).await;
+    (status, serde_json::from_str(&text).unwrap_or(json!(text)), took)
 }
 
 async fn serves(server: &ServerProcess) {

@@ -221,6 +221,38 @@ impl CacheArgs {
     }
 }
 
+/// `--grpc-port`: the same grammar as `--http-port` (0 is any free port), plus `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrpcPort {
+    Off,
+    Port(u16),
+}
+
+/// Why a `--grpc-port` value was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is neither a port (0 to 65535; 0 picks a free one) nor `off`")]
+pub struct GrpcPortError(String);
+
+impl std::str::FromStr for GrpcPort {
+    type Err = GrpcPortError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "off" => Ok(Self::Off),
+            number => number.parse().map(Self::Port).map_err(|_| GrpcPortError(text.into())),
+        }
+    }
+}
+
+impl std::fmt::Display for GrpcPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Off => f.write_str("off"),
+            Self::Port(port) => write!(f, "{port}"),
+        }
+    }
+}
+
 /// Settings of `tensorplug serve`.
 #[derive(Clone, Debug, Args)]
 pub struct ServeConfig {
@@ -236,10 +268,10 @@ pub struct ServeConfig {
     #[arg(long, env = "TENSORPLUG_HTTP_PORT", default_value_t = 8080)]
     pub http_port: u16,
 
-    /// Port of the gRPC endpoint (the same protocol, plus grpc.health.v1 and reflection);
-    /// 0 switches gRPC off.
-    #[arg(long, env = "TENSORPLUG_GRPC_PORT", default_value_t = 8081)]
-    pub grpc_port: u16,
+    /// Port of the gRPC endpoint (the same protocol, plus grpc.health.v1 and reflection):
+    /// a number (0: any free port, logged once bound, as for --http-port) or `off`.
+    #[arg(long, env = "TENSORPLUG_GRPC_PORT", default_value = "8081")]
+    pub grpc_port: GrpcPort,
 
     /// Most calls open at once on one gRPC connection (advertised as HTTP/2's
     /// SETTINGS_MAX_CONCURRENT_STREAMS; a client beyond it waits, or is refused the stream).
@@ -309,8 +341,8 @@ impl ServeConfig {
             repository: repository.into(),
             host: IpAddr::from([127, 0, 0, 1]),
             http_port: 0,
-            // Off: tests that want gRPC hand `server::run_with_grpc` a bound listener.
-            grpc_port: 0,
+            // Tests that want gRPC hand `server::run_with_grpc` a bound listener.
+            grpc_port: GrpcPort::Off,
             grpc_max_concurrent_streams: Self::DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
             max_body_bytes: 64 * 1024 * 1024,
             shutdown_grace_secs: 30,
@@ -416,6 +448,57 @@ impl Default for ConnectionArgs {
             body_read_timeout_ms: Self::DEFAULT_BODY_READ_TIMEOUT_MS,
             idle_timeout_ms: Self::DEFAULT_IDLE_TIMEOUT_MS,
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command, GrpcPort};
+
+    fn grpc_port(args: &[&str]) -> Result<GrpcPort, clap::Error> {
+        let cli = Cli::try_parse_from(["tensorplug", "serve", "models"].iter().chain(args))?;
+        match cli.command {
+            Command::Serve(config) => Ok(config.grpc_port),
+            _ => unreachable!("parsed `serve`"),
+        }
+    }
+
+    #[test]
+    fn a_grpc_port_is_a_number_zero_for_any_free_one_or_off() {
+        assert_eq!(grpc_port(&["--grpc-port", "9001"]).unwrap(), GrpcPort::Port(9001));
+        assert_eq!(grpc_port(&["--grpc-port", "0"]).unwrap(), GrpcPort::Port(0));
+        assert_eq!(grpc_port(&["--grpc-port", "off"]).unwrap(), GrpcPort::Off);
+    }
+
+    #[test]
+    fn grpc_is_on_at_8081_by_default() {
+        // Unless the environment says otherwise (clap reads TENSORPLUG_GRPC_PORT).
+        if std::env::var_os("TENSORPLUG_GRPC_PORT").is_none() {
+            assert_eq!(grpc_port(&[]).unwrap(), GrpcPort::Port(8081));
+        }
+    }
+
+    #[test]
+    fn a_grpc_port_that_is_neither_a_port_nor_off_is_refused_by_name() {
+        for junk in ["65536", "-1", "none", "", "8081x", "OFF "] {
+            let error = grpc_port(&[&format!("--grpc-port={junk}")])
+                .expect_err(junk)
+                .to_string();
+            assert!(error.contains("--grpc-port"), "{junk}: {error}");
+            assert!(
+                error.contains("is neither a port (0 to 65535; 0 picks a free one) nor `off`"),
+                "{junk}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_grpc_port_prints_as_it_is_written() {
+        for text in ["off", "0", "8081"] {
+            assert_eq!(text.parse::<GrpcPort>().unwrap().to_string(), text);
         }
     }
 }

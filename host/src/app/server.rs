@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use crate::api::repository::{ModelControl, RepositoryAccess, RepositoryApi};
 use prometheus_client::registry::Registry;
 
-use crate::app::config::{Metrics, ServeConfig};
+use crate::app::config::{GrpcPort, Metrics, ServeConfig};
 use crate::grpc::incoming::ConnectionBounds;
 use crate::grpc::metrics::GrpcMetrics;
 use crate::grpc::{self, GrpcState};
@@ -33,15 +33,15 @@ use crate::runtime::Runtime;
 use crate::serving::{self, watch, Repository};
 
 /// Serves `config.repository` on `listener` (REST) and on `config.grpc_port` (gRPC, unless
-/// 0) until `shutdown` resolves.
+/// off; port 0 is any free one) until `shutdown` resolves.
 pub async fn run(
     config: ServeConfig,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let grpc_listener = match config.grpc_port {
-        0 => None,
-        port => Some(
+        GrpcPort::Off => None,
+        GrpcPort::Port(port) => Some(
             TcpListener::bind((config.host, port))
                 .await
                 .with_context(|| format!("listening for gRPC on {}:{port}", config.host))?,
