@@ -32,6 +32,12 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The example repository (digits and its ONNX variants), as built by
+/// scripts/build-plugins.sh.
+pub fn examples() -> PathBuf {
+    root().join("examples/models")
+}
+
 /// Fails with instructions when a plugin has not been built.
 pub fn require_plugins(repository: &Path) {
     for entry in std::fs::read_dir(repository).expect("repository folder") {

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_concurrent_clients_share_batches_and_get_their_own_answers() {
-    let server = TestServer::start(&common::root().join("examples/models")).await;
+    let server = TestServer::start(&common::examples()).await;
     let dir = common::root().join("tests/data/digits");
     let requests = std::fs::read_to_string(dir.join("test_requests.jsonl")).unwrap();
     let oracle = std::fs::read_to_string(dir.join("test_oracle.jsonl")).unwrap();

@@ -33,8 +33,8 @@ fn assert_snapshot(name: &str, actual: &str) {
 
 #[test]
 fn the_example_repository_is_valid() {
-    common::require_plugins(&common::root().join("examples/models"));
-    let (code, out) = check(&common::root().join("examples/models"));
+    common::require_plugins(&common::examples());
+    let (code, out) = check(&common::examples());
     assert_eq!(code, 0, "{out}");
     assert_snapshot("check_examples", &out);
 }

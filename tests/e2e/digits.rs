@@ -82,7 +82,7 @@ pub(crate) async fn assert_oracle_one_by_one(server: &TestServer, infer: &str) -
 }
 
 pub(crate) fn repository() -> std::path::PathBuf {
-    common::root().join("examples/models")
+    common::examples()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

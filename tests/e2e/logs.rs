@@ -20,7 +20,7 @@ async fn failing_request(server: &ServerProcess) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_are_one_object_per_line() {
-    let server = ServerProcess::spawn(&common::root().join("examples/models"), &["--log-format", "json"]).await;
+    let server = ServerProcess::spawn(&common::examples(), &["--log-format", "json"]).await;
     failing_request(&server).await;
     let log = server.log();
     assert!(!log.is_empty());
@@ -44,7 +44,7 @@ async fn json_logs_are_one_object_per_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_logs_to_a_pipe_carry_no_colour_codes() {
-    let server = ServerProcess::spawn(&common::root().join("examples/models"), &[]).await;
+    let server = ServerProcess::spawn(&common::examples(), &[]).await;
     failing_request(&server).await;
     let log = server.log();
     assert!(

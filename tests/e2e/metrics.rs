@@ -174,7 +174,7 @@ async fn plugin_misuse_is_refused_and_bounded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_metadata_is_in_rest_and_grpc_model_metadata() {
-    let config = ServeConfig::for_repository(common::root().join("examples/models"));
+    let config = ServeConfig::for_repository(common::examples());
     let server = TestServer::start_with_grpc(config).await;
     let (status, body) = server.get("/v2/models/digits").await;
     assert_eq!(status, 200);

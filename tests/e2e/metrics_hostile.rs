@@ -28,7 +28,7 @@ fn repository() -> tempfile::TempDir {
     }
     let digits = repository.path().join("digits");
     std::fs::create_dir(&digits).expect("model folder");
-    for entry in std::fs::read_dir(common::root().join("examples/models/digits")).expect("digits") {
+    for entry in std::fs::read_dir(common::examples().join("digits")).expect("digits") {
         let path = entry.expect("entry").path();
         if path.is_file() {
             std::fs::copy(&path, digits.join(path.file_name().expect("name"))).expect("copy");

@@ -55,7 +55,7 @@ struct Examples {
 
 impl Examples {
     async fn serve(connections: ConnectionArgs) -> Self {
-        let mut config = ServeConfig::for_repository(common::root().join("examples/models"));
+        let mut config = ServeConfig::for_repository(common::examples());
         config.connections = connections;
         let server = TestServer::spawn(config, false).await;
         let address = server.address;
@@ -370,7 +370,7 @@ impl Server {
         let repository = tempfile::tempdir().unwrap();
         let digits = repository.path().join("digits");
         std::fs::create_dir(&digits).unwrap();
-        for entry in std::fs::read_dir(common::root().join("examples/models/digits")).unwrap() {
+        for entry in std::fs::read_dir(common::examples().join("digits")).unwrap() {
             let entry = entry.unwrap();
             std::fs::copy(entry.path(), digits.join(entry.file_name())).unwrap();
         }

@@ -153,7 +153,7 @@ fn memory_bound_kib(body_len: usize) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn near_limit_messages_decode_within_the_rest_bound() {
     let _alone = crate::ONE_AT_A_TIME.lock().await;
-    let server = ServerProcess::spawn(&common::root().join("examples/models"), &["--grpc-port", "0"]).await;
+    let server = ServerProcess::spawn(&common::examples(), &["--grpc-port", "0"]).await;
     let client = RawClient::connect(server.grpc_address()).await;
     let size = 63 * MIB as usize;
     let input = |datatype: &str, contents: InferTensorContents| InferInputTensor {
@@ -287,7 +287,7 @@ async fn mutated_requests_never_get_internal() {
 
     const CASES: u32 = 5000;
     let _alone = crate::ONE_AT_A_TIME.lock().await;
-    let mut server = ServerProcess::spawn(&common::root().join("examples/models"), &["--grpc-port", "0"]).await;
+    let mut server = ServerProcess::spawn(&common::examples(), &["--grpc-port", "0"]).await;
     let client = RawClient::connect(server.grpc_address()).await;
     let good = ModelInferRequest {
         model_name: "digits".into(),

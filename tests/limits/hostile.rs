@@ -13,7 +13,7 @@ use common::process::ServerProcess;
 use serde_json::{json, Value};
 
 fn examples() -> PathBuf {
-    common::root().join("examples/models")
+    common::examples()
 }
 
 const MIB: u64 = 1024 * 1024;
