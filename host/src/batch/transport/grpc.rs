@@ -152,23 +152,24 @@ impl Grpc {
     }
 }
 
-/// A successful answer's outputs.
+/// A successful answer's outputs (a response message is always a success: a failed call
+/// is a status, see `infer`).
 fn reply(response: ModelInferResponse) -> Result<Reply, Failure> {
     let unreadable =
         |reason: String| Failure::no_answer(format!("the server's answer could not be read: {reason}"), false);
-    match read_response(response) {
-        Ok(Answer::Success {
-            model_name,
-            model_version,
-            outputs,
-            ..
-        }) => Ok(Reply::Success {
-            model_name,
-            model_version,
-            outputs,
-        }),
-        // A response message is read as a success: a failed call is a status (see `infer`).
-        Ok(other) => Err(unreadable(format!("not a success: {other:?}"))),
-        Err(error) => Err(unreadable(error.to_string())),
-    }
+    let answer = read_response(response).map_err(|e| unreadable(e.to_string()))?;
+    let Answer::Success {
+        model_name,
+        model_version,
+        outputs,
+        ..
+    } = answer
+    else {
+        return Err(unreadable(String::from("not a success")));
+    };
+    Ok(Reply::Success {
+        model_name,
+        model_version,
+        outputs,
+    })
 }

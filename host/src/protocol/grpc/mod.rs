@@ -3,10 +3,13 @@
 //! `proto/grpc_service.proto` ([`proto`]), and the conversions between the messages and
 //! the protocol's own types, both ways.
 //!
-//! | | a server | a client |
-//! | --- | --- | --- |
-//! | reads | [`read_request`]: a validated [`InferRequest`](super::InferRequest) | [`read_response`]: a [`client::Answer`](super::client::Answer); [`read_item_statuses`], [`answered_status`]: a failed call |
-//! | writes | [`write_response`], [`write_metadata`] | [`write_request`] (raw contents), [`write_typed_request`] |
+//! - A server reads a request with [`read_request`] (into the same validated
+//!   [`InferRequest`](super::InferRequest) the REST edge builds) and writes its answer
+//!   with [`write_response`] and [`write_metadata`].
+//! - A client writes a request with [`write_request`] (raw contents) or
+//!   [`write_typed_request`], reads a response with [`read_response`] (into the REST
+//!   client's [`Answer`](super::client::Answer)), and a failed call with
+//!   [`answered_status`] and [`read_item_statuses`].
 //!
 //! Typed contents become tensor bytes on one path, the protocol's validated one (the
 //! caps, each value's range, the element count), whether they come in a request or in an

@@ -7,7 +7,7 @@ use super::contents::{dims, has_values, typed_contents, typed_data};
 use super::error::MessageError;
 use super::parameters::{read_parameters, write_parameters};
 use super::proto::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
-use super::proto::{InferTensorContents, ModelInferRequest};
+use super::proto::ModelInferRequest;
 use crate::model::tensor::{DataType, Tensor};
 use crate::protocol::{clip, InferRequest, InputData, InputParts, OutputParts, RequestParts};
 
@@ -72,14 +72,9 @@ pub fn read_request(mut message: ModelInferRequest) -> Result<InferRequest, Mess
 pub fn write_request(request: InferRequest, model_name: &str, model_version: &str) -> ModelInferRequest {
     let (mut message, inputs) = without_inputs(request, model_name, model_version);
     message.raw_input_contents.reserve_exact(inputs.len());
-    for Tensor {
-        name,
-        datatype,
-        shape,
-        data,
-    } in inputs
-    {
-        message.inputs.push(input_header(name, datatype, &shape, None));
+    for tensor in inputs {
+        let (header, _, data) = input_header(tensor);
+        message.inputs.push(header);
         message.raw_input_contents.push(data);
     }
     message
@@ -93,22 +88,14 @@ pub fn write_typed_request(
     model_version: &str,
 ) -> Result<ModelInferRequest, MessageError> {
     let (mut message, inputs) = without_inputs(request, model_name, model_version);
-    for Tensor {
-        name,
-        datatype,
-        shape,
-        data,
-    } in inputs
-    {
-        let Some(contents) = typed_contents(datatype, &data) else {
-            return Err(MessageError::NoTypedField {
-                name: clip(&name).into_owned(),
-                datatype,
-            });
-        };
-        message
-            .inputs
-            .push(input_header(name, datatype, &shape, Some(contents)));
+    for tensor in inputs {
+        let (mut header, datatype, data) = input_header(tensor);
+        let contents = typed_contents(datatype, &data).ok_or_else(|| MessageError::NoTypedField {
+            name: clip(&header.name).into_owned(),
+            datatype,
+        })?;
+        header.contents = Some(contents);
+        message.inputs.push(header);
     }
     Ok(message)
 }
@@ -139,24 +126,22 @@ fn without_inputs(request: InferRequest, model_name: &str, model_version: &str) 
     (message, inputs)
 }
 
-fn input_header(
-    name: String,
-    datatype: DataType,
-    shape: &[u64],
-    contents: Option<InferTensorContents>,
-) -> InferInputTensor {
-    InferInputTensor {
-        name,
-        datatype: datatype.as_str().to_owned(),
-        shape: dims(shape),
+/// An input's header (without contents), its datatype and its data.
+fn input_header(tensor: Tensor) -> (InferInputTensor, DataType, Vec<u8>) {
+    let header = InferInputTensor {
+        name: tensor.name,
+        datatype: tensor.datatype.as_str().to_owned(),
+        shape: dims(&tensor.shape),
         parameters: HashMap::new(),
-        contents,
-    }
+        contents: None,
+    };
+    (header, tensor.datatype, tensor.data)
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::proto::infer_parameter::ParameterChoice;
+    use super::super::proto::InferTensorContents;
     use super::*;
     use crate::protocol::{decode_request, ParameterValue};
 
