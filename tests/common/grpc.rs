@@ -3,9 +3,9 @@
 
 use std::net::SocketAddr;
 
-use tensorplug::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
-use tensorplug::grpc::proto::model_infer_request::InferInputTensor;
-use tensorplug::grpc::proto::{InferTensorContents, ModelInferRequest};
+use tensorplug::protocol::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
+use tensorplug::protocol::grpc::proto::model_infer_request::InferInputTensor;
+use tensorplug::protocol::grpc::proto::{InferTensorContents, ModelInferRequest};
 use tonic::transport::{Channel, Endpoint};
 
 use super::TestServer;

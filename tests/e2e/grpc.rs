@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tensorplug::app::config::ServeConfig;
-use tensorplug::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
-use tensorplug::grpc::proto::infer_parameter::ParameterChoice;
-use tensorplug::grpc::proto::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
-use tensorplug::grpc::proto::{
+use tensorplug::protocol::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
+use tensorplug::protocol::grpc::proto::infer_parameter::ParameterChoice;
+use tensorplug::protocol::grpc::proto::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use tensorplug::protocol::grpc::proto::{
     InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse, ModelMetadataRequest,
     ModelReadyRequest, ModelStatisticsRequest, RepositoryIndexRequest, RepositoryModelLoadRequest,
     RepositoryModelUnloadRequest, ServerLiveRequest, ServerMetadataRequest, ServerReadyRequest,
@@ -707,7 +707,7 @@ async fn costly_messages_are_refused_before_decoding() {
             name: "input-0".into(),
             datatype: "INT64".into(),
             shape: vec![8 << 20],
-            contents: Some(tensorplug::grpc::proto::InferTensorContents {
+            contents: Some(tensorplug::protocol::grpc::proto::InferTensorContents {
                 int64_contents: vec![1; 8 << 20],
                 ..Default::default()
             }),

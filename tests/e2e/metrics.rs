@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use tensorplug::app::config::{RepositoryApi, ServeConfig};
-use tensorplug::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
-use tensorplug::grpc::proto::infer_parameter::ParameterChoice;
-use tensorplug::grpc::proto::{ModelMetadataRequest, ServerReadyRequest};
+use tensorplug::protocol::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
+use tensorplug::protocol::grpc::proto::infer_parameter::ParameterChoice;
+use tensorplug::protocol::grpc::proto::{ModelMetadataRequest, ServerReadyRequest};
 use tonic::transport::Channel;
 
 use crate::common::metrics::scrape;

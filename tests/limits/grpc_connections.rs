@@ -15,8 +15,8 @@ use crate::common;
 use crate::common::grpc::faulty_request;
 use crate::common::TestServer;
 use tensorplug::app::config::{ConnectionArgs, ServeConfig};
-use tensorplug::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
-use tensorplug::grpc::proto::ServerReadyRequest;
+use tensorplug::protocol::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
+use tensorplug::protocol::grpc::proto::ServerReadyRequest;
 
 /// The longest any single wait here may take.
 const BOUND: Duration = Duration::from_secs(10);

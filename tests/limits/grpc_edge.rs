@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use prost::Message;
-use tensorplug::grpc::proto::model_infer_request::InferInputTensor;
-use tensorplug::grpc::proto::{InferTensorContents, ModelInferRequest};
+use tensorplug::protocol::grpc::proto::model_infer_request::InferInputTensor;
+use tensorplug::protocol::grpc::proto::{InferTensorContents, ModelInferRequest};
 use tonic::Code;
 
 use crate::common;

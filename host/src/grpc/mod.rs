@@ -41,11 +41,6 @@ pub mod server {
     include!(concat!(env!("OUT_DIR"), "/server/inference.rs"));
 }
 
-/// The messages' old path, until the integration tests name
-/// [`crate::protocol::grpc::proto`].
-#[doc(hidden)]
-pub use crate::protocol::grpc::proto;
-
 /// Full name of the inference service (also a health-check service name).
 pub const SERVICE_NAME: &str = "inference.GRPCInferenceService";
 

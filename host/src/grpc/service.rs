@@ -15,6 +15,7 @@ use super::metrics::GrpcMetrics;
 use super::server::grpc_inference_service_server::GrpcInferenceService;
 use super::status::{item_status, multi_status, status_of};
 use crate::api::repository::{self, Change, RepositoryAccess};
+use crate::api::{self, InferCall};
 use crate::protocol::grpc::proto::repository_index_response::ModelIndex;
 use crate::protocol::grpc::proto::{
     InferStatistics, ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse,
@@ -24,7 +25,6 @@ use crate::protocol::grpc::proto::{
     ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
     StatisticDuration,
 };
-use crate::api::{self, InferCall};
 use crate::serving::items::Answer;
 use crate::serving::{ModelState, ModelStatus, Repository};
 
