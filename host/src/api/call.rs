@@ -38,6 +38,18 @@ pub struct Inferred {
     pub output_bytes: usize,
 }
 
+impl Inferred {
+    /// The protocol-neutral status of the answer: 200 when every item succeeded, a single
+    /// failed item's own, 207 (multi-status) when some of several items failed.
+    pub fn status(&self) -> u16 {
+        match &self.answer {
+            Answer::Success(_) => 200,
+            Answer::Failure(error) => error.status,
+            Answer::MultiStatus(_) => 207,
+        }
+    }
+}
+
 impl InferCall {
     /// Starts a call of `name` (at `version`, if given) that came in through `edge`. A model
     /// not served is logged as a failed request and not counted (there is no model to
