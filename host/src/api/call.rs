@@ -94,9 +94,10 @@ impl InferCall {
         &self.span
     }
 
-    /// Logs a request the edge refused before it ran (an unreadable message, a body too
-    /// large), with the protocol-neutral `status` it answers.
-    pub fn refused(&self, status: u16, error: &dyn Display) {
+    /// Logs a failure of the whole request outside [`InferCall::run`] (an unreadable
+    /// message, a body too large, an answer that could not be encoded), with the
+    /// protocol-neutral `status` it is answered with.
+    pub fn failed(&self, status: u16, error: &dyn Display) {
         self.span
             .in_scope(|| log_failed(&self.model.config.name, status, error));
     }
@@ -106,7 +107,7 @@ impl InferCall {
     pub async fn run(&self, request: InferRequest) -> Result<Inferred, ServeError> {
         let result = self.run_logged(request).instrument(self.span.clone()).await;
         if let Err(error) = &result {
-            self.refused(error.status(), error);
+            self.failed(error.status(), error);
         }
         result
     }
