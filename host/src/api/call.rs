@@ -38,6 +38,18 @@ pub struct Inferred {
     pub output_bytes: usize,
 }
 
+impl Inferred {
+    /// The protocol-neutral status of the answer: 200 when every item succeeded, a single
+    /// failed item's own, 207 (multi-status) when some of several items failed.
+    pub fn status(&self) -> u16 {
+        match &self.answer {
+            Answer::Success(_) => 200,
+            Answer::Failure(error) => error.status,
+            Answer::MultiStatus(_) => 207,
+        }
+    }
+}
+
 impl InferCall {
     /// Starts a call of `name` (at `version`, if given) that came in through `edge`. A model
     /// not served is logged as a failed request and not counted (there is no model to
@@ -82,9 +94,10 @@ impl InferCall {
         &self.span
     }
 
-    /// Logs a request the edge refused before it ran (an unreadable message, a body too
-    /// large), with the protocol-neutral `status` it answers.
-    pub fn refused(&self, status: u16, error: &dyn Display) {
+    /// Logs a failure of the whole request outside [`InferCall::run`] (an unreadable
+    /// message, a body too large, an answer that could not be encoded), with the
+    /// protocol-neutral `status` it is answered with.
+    pub fn failed(&self, status: u16, error: &dyn Display) {
         self.span
             .in_scope(|| log_failed(&self.model.config.name, status, error));
     }
@@ -94,7 +107,7 @@ impl InferCall {
     pub async fn run(&self, request: InferRequest) -> Result<Inferred, ServeError> {
         let result = self.run_logged(request).instrument(self.span.clone()).await;
         if let Err(error) = &result {
-            self.refused(error.status(), error);
+            self.failed(error.status(), error);
         }
         result
     }

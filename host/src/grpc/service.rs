@@ -82,7 +82,7 @@ async fn answer(call: &InferCall, message: ModelInferRequest) -> (u16, Result<Mo
     let request = match convert::request(message) {
         Ok(request) => request,
         Err(error) => {
-            call.refused(error.status(), &error);
+            call.failed(error.status(), &error);
             return (error.status(), Err(status_of(&error)));
         }
     };

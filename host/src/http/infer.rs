@@ -60,7 +60,7 @@ async fn answer(state: &AppState, call: &InferCall, headers: &HeaderMap, body: B
     let request = match read(state, headers, body).instrument(call.span().clone()).await {
         Ok(request) => request,
         Err(error) => {
-            call.refused(error.status(), &error);
+            call.failed(error.status(), &error);
             return Err(error);
         }
     };
@@ -70,7 +70,11 @@ async fn answer(state: &AppState, call: &InferCall, headers: &HeaderMap, body: B
         let model = call.model().clone();
         return tokio::task::spawn_blocking(move || encode(&model, inferred))
             .await
-            .map_err(|e| ServeError::Internal(format!("encoding the answer failed: {e}")).into());
+            .map_err(|e| {
+                let error = ServeError::Internal(format!("encoding the answer failed: {e}"));
+                call.failed(error.status(), &error);
+                error.into()
+            });
     }
     Ok(encode(call.model(), inferred))
 }

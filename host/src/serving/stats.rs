@@ -2,9 +2,10 @@
 //! gRPC `ModelStatistics`), by `/metrics` and by tests that prove batching.
 //!
 //! Counters are relaxed atomics, and so are the histograms ([`AtomicHistogram`]), which
-//! are kept only when metrics are on. Requests are counted per edge (by the [`EdgeLabel`] the edge passes)
-//! and protocol-neutral status in fixed arrays, so counting one costs a few atomic reads
-//! and adds and no lock or allocation (but the first of an edge's).
+//! are kept only when metrics are on. Requests are counted by the [`EdgeLabel`] their edge
+//! passes and by protocol-neutral status, in fixed arrays: counting one costs a few atomic
+//! reads and adds, and no lock or allocation (but an edge's first, which sets up its
+//! counters). An edge's series appear once it has answered a request to the model.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -79,28 +79,22 @@ impl Local {
             }
             Ok(Ok(inferred)) => inferred,
         };
-        let (model_name, model_version) = (call.model().config.name.clone(), call.model().config.version.clone());
-        let (status, reply) = match inferred.answer {
-            Answer::Success(outputs) => (
-                200,
-                Ok(Reply::Success {
-                    model_name,
-                    model_version,
-                    outputs,
-                }),
-            ),
-            Answer::Failure(error) => (error.status, Err(Failure::answered(error.status, error.message, None))),
-            Answer::MultiStatus(results) => (
-                207,
-                Ok(Reply::Items {
-                    model_name,
-                    model_version,
-                    results,
-                }),
-            ),
-        };
-        call.answered(status);
-        reply
+        let config = &call.model().config;
+        let (model_name, model_version) = (config.name.clone(), config.version.clone());
+        call.answered(inferred.status());
+        match inferred.answer {
+            Answer::Success(outputs) => Ok(Reply::Success {
+                model_name,
+                model_version,
+                outputs,
+            }),
+            Answer::Failure(error) => Err(Failure::answered(error.status, error.message, None)),
+            Answer::MultiStatus(results) => Ok(Reply::Items {
+                model_name,
+                model_version,
+                results,
+            }),
+        }
     }
 
     /// Stops the model: its queue empties and its instance threads exit.
