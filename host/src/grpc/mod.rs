@@ -5,8 +5,8 @@
 //! Like the REST edge it only translates: requests are read from their protobuf messages
 //! ([`crate::protocol::grpc`], the wire format every side shares) into
 //! [`crate::protocol::InferRequest`]s under the same caps and validation as REST, run through
-//! [`crate::api::infer`], and the answers put back into messages; errors become gRPC
-//! codes in one place, [`status`]. Repository calls follow the same
+//! [`crate::api::InferCall`], and the answers put back into messages; errors become gRPC
+//! codes in one place, [`status`] (with the table of [`crate::protocol::grpc::code_for`]). Repository calls follow the same
 //! [`RepositoryAccess`] rules as REST, with the token from the `authorization`
 //! metadata (`Bearer <token>`).
 

@@ -3,17 +3,8 @@
 //! [`ItemError`]s by their protocol-neutral (HTTP-style) status, the answer to a
 //! multi-item request whose items partly failed, and the codes' names.
 //!
-//! | HTTP (REST) | gRPC |
-//! | --- | --- |
-//! | 400, 415, other 4xx | `INVALID_ARGUMENT` |
-//! | 401 | `UNAUTHENTICATED` |
-//! | 403 | `PERMISSION_DENIED` |
-//! | 404 | `NOT_FOUND` |
-//! | 408, 504 | `DEADLINE_EXCEEDED` |
-//! | 413, 429 | `RESOURCE_EXHAUSTED` |
-//! | 500, other 5xx | `INTERNAL` |
-//! | 501 | `UNIMPLEMENTED` |
-//! | 503 | `UNAVAILABLE` |
+//! The table itself (both directions) is [`crate::protocol::grpc::code_for`]'s, in the wire
+//! format's module, where the CLI's gRPC transport reads it backwards.
 //!
 //! A multi-item request with failed items (REST's 207) answers the code of its worst
 //! failed item (the highest HTTP-style status among them), a message that counts the
@@ -27,16 +18,16 @@ use crate::api::ServeError;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::serving::EdgeLabel;
 
-/// Trailer of a failed answer (one item, or a multi-item request whose items partly
-/// failed): a JSON array over the items in request order, `{"status": 200}` or
-/// `{"status": 400, "error": "..."}`. Always present on such an answer and always a valid
-/// header value: only visible ASCII and spaces (every other character, control characters
-/// and DEL included, is a `\u` escape, so the value stays JSON), at most
-/// [`TRAILER_BYTES`]. When the entries with their messages do not fit, they go without
-/// messages and runs of equal statuses are merged (`{"status": 200, "count": 120}`);
-/// when even those do not fit, a last entry `{"status": <worst>, "count": <the rest>,
-/// "unreported": true}` covers the items left out.
-pub const ITEM_STATUS_TRAILER: &str = "tensorplug-item-status";
+// What the edge writes in the trailer of a failed answer (one item, or a multi-item
+// request whose items partly failed): a JSON array over the items in request order,
+// `{"status": 200}` or `{"status": 400, "error": "..."}`. Always present on such an answer
+// and always a valid header value: only visible ASCII and spaces (every other character,
+// control characters and DEL included, is a `\u` escape, so the value stays JSON), at most
+// `TRAILER_BYTES`. When the entries with their messages do not fit, they go without
+// messages and runs of equal statuses are merged (`{"status": 200, "count": 120}`); when
+// even those do not fit, a last entry `{"status": <worst>, "count": <the rest>,
+// "unreported": true}` covers the items left out.
+pub use crate::protocol::grpc::{code_for, ITEM_STATUS_TRAILER};
 
 /// Bytes of one item's error message kept in the trailer (before escaping; a character
 /// escaped takes up to 12 bytes).
@@ -111,29 +102,6 @@ pub fn malformed(code: Code, message: &str) -> Option<Code> {
         .iter()
         .any(|fault| message.starts_with(fault))
         .then_some(Code::InvalidArgument)
-}
-
-/// The gRPC code of a protocol-neutral (HTTP-style) status: the table above.
-pub fn code_for(status: u16) -> Code {
-    match status {
-        200 => Code::Ok,
-        failed => failed_code(failed),
-    }
-}
-
-/// The gRPC code of a failure's status (always 400..=599 by construction).
-fn failed_code(status: u16) -> Code {
-    match status {
-        401 => Code::Unauthenticated,
-        403 => Code::PermissionDenied,
-        404 => Code::NotFound,
-        408 | 504 => Code::DeadlineExceeded,
-        413 | 429 => Code::ResourceExhausted,
-        400..=499 => Code::InvalidArgument,
-        501 => Code::Unimplemented,
-        503 => Code::Unavailable,
-        _ => Code::Internal,
-    }
 }
 
 /// The gRPC status of a single-item request's failure.

@@ -1,7 +1,9 @@
-//! A call that did not succeed, as a client reads it: its code as the status number the
-//! server mapped it from, and, for a multi-item request whose items partly failed, every
-//! item's status from the [`ITEM_STATUS_TRAILER`] trailer (gRPC has no 207; the
-//! successful items' outputs do not come back).
+//! The one table between protocol-neutral (HTTP-style) statuses and gRPC codes, both
+//! ways: [`code_for`] is how the server answers a status, [`answered_status`] how a client
+//! reads a code back as the status the server mapped it from. And the
+//! [`ITEM_STATUS_TRAILER`] trailer, from which a client reads every item's status of a
+//! multi-item request whose items partly failed (gRPC has no 207; the successful items'
+//! outputs do not come back).
 
 use tonic::{Code, Status};
 
@@ -46,6 +48,41 @@ pub fn read_item_statuses(status: &Status) -> Option<Vec<Result<(), ItemError>>>
         statuses.extend(std::iter::repeat_n(outcome, count));
     }
     Some(statuses)
+}
+
+/// The gRPC code of a protocol-neutral (HTTP-style) status:
+///
+/// | HTTP (REST) | gRPC |
+/// | --- | --- |
+/// | 400, 415, other 4xx | `INVALID_ARGUMENT` |
+/// | 401 | `UNAUTHENTICATED` |
+/// | 403 | `PERMISSION_DENIED` |
+/// | 404 | `NOT_FOUND` |
+/// | 408, 504 | `DEADLINE_EXCEEDED` |
+/// | 413, 429 | `RESOURCE_EXHAUSTED` |
+/// | 500, other 5xx | `INTERNAL` |
+/// | 501 | `UNIMPLEMENTED` |
+/// | 503 | `UNAVAILABLE` |
+pub fn code_for(status: u16) -> Code {
+    match status {
+        200 => Code::Ok,
+        failed => failed_code(failed),
+    }
+}
+
+/// The gRPC code of a failure's status (always 400..=599 by construction).
+fn failed_code(status: u16) -> Code {
+    match status {
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::NotFound,
+        408 | 504 => Code::DeadlineExceeded,
+        413 | 429 => Code::ResourceExhausted,
+        400..=499 => Code::InvalidArgument,
+        501 => Code::Unimplemented,
+        503 => Code::Unavailable,
+        _ => Code::Internal,
+    }
 }
 
 /// The status (HTTP-numbered, as every edge and the CLI count them) a gRPC code stands

@@ -9,7 +9,8 @@
 //! - A client writes a request with [`write_request`] (raw contents) or
 //!   [`write_typed_request`], reads a response with [`read_response`] (into the REST
 //!   client's [`Answer`](super::client::Answer)), and a failed call with
-//!   [`answered_status`] and [`read_item_statuses`].
+//!   [`answered_status`] and [`read_item_statuses`]; the server maps a status to its code
+//!   with [`code_for`], the one table of the two.
 //!
 //! Typed contents become tensor bytes on one path, the protocol's validated one (the
 //! caps, each value's range, the element count), whether they come in a request or in an
@@ -28,7 +29,7 @@ mod request;
 mod response;
 
 pub use error::MessageError;
-pub use failure::{answered_status, read_item_statuses, ITEM_STATUS_TRAILER};
+pub use failure::{answered_status, code_for, read_item_statuses, ITEM_STATUS_TRAILER};
 pub use metadata::write_metadata;
 pub use request::{read_request, write_request, write_typed_request};
 pub use response::{read_response, write_response};
