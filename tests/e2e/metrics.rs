@@ -333,3 +333,29 @@ async fn a_model_that_is_loading_is_not_ready_in_the_protocols_words() {
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_served_edge_has_its_request_series_before_any_request() {
+    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 4", "instances = 1"));
+    let both = TestServer::start_with_grpc(ServeConfig::for_repository(repository.path())).await;
+    let m = scrape(&both).await;
+    for protocol in ["rest", "grpc"] {
+        let labels = faulty(&[("protocol", protocol)]);
+        assert_eq!(
+            m.histogram_count("tensorplug_request_duration_seconds", &labels),
+            0.0,
+            "{protocol}"
+        );
+    }
+    drop(both);
+
+    // No gRPC port, no gRPC series.
+    let rest_only = TestServer::start(repository.path()).await;
+    let m = scrape(&rest_only).await;
+    let rest = faulty(&[("protocol", "rest")]);
+    assert_eq!(m.histogram_count("tensorplug_request_duration_seconds", &rest), 0.0);
+    assert!(!m.has(
+        "tensorplug_request_duration_seconds_count",
+        &faulty(&[("protocol", "grpc")])
+    ));
+}

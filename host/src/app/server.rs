@@ -63,7 +63,11 @@ pub async fn run_with_grpc(
     let cache_dir = config.cache.resolved_dir();
     let runtime = Runtime::new(cache_dir.as_deref()).context("starting the wasm runtime")?;
     let metrics_on = config.metrics == Metrics::On;
-    let repository = Arc::new(Repository::new(&config.repository, runtime, metrics_on));
+    let mut edges = vec![&crate::http::REST_EDGE];
+    if grpc_listener.is_some() {
+        edges.push(&grpc::status::GRPC_EDGE);
+    }
+    let repository = Arc::new(Repository::new(&config.repository, runtime, metrics_on).served_by(edges));
     let initial = match config.model_control {
         ModelControl::Poll | ModelControl::None => repository
             .model_folders()

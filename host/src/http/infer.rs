@@ -21,7 +21,7 @@ use crate::serving::items::Answer;
 use crate::serving::{EdgeLabel, Model};
 
 /// The REST edge's requests, counted by their HTTP status.
-static REST: EdgeLabel = EdgeLabel {
+pub static REST_EDGE: EdgeLabel = EdgeLabel {
     name: "rest",
     status_name: None,
 };
@@ -44,7 +44,7 @@ pub async fn infer(
 }
 
 async fn handle(state: &AppState, name: String, version: Option<String>, headers: HeaderMap, body: Body) -> Response {
-    let call = match InferCall::start(&state.repository, &REST, &name, version.as_deref()) {
+    let call = match InferCall::start(&state.repository, &REST_EDGE, &name, version.as_deref()) {
         Ok(call) => call,
         Err(error) => return error.into_response(),
     };

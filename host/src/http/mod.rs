@@ -8,6 +8,7 @@ pub mod connections;
 mod error;
 mod health;
 mod infer;
+pub use infer::REST_EDGE;
 pub mod metrics;
 mod repository;
 mod response;

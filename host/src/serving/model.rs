@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::batcher::{BatchPolicy, BatcherHandle, SubmitError};
 use super::instances::{spawn_workers, Completion};
-use super::stats::ModelStats;
+use super::stats::{EdgeLabel, ModelStats};
 use crate::model::config::ModelConfig;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
@@ -38,14 +38,14 @@ impl Model {
     /// Starts serving a loaded model: one thread per instance and the batcher task, on
     /// the current tokio runtime. The threads exit by themselves once the model is
     /// dropped and its queue is drained. `histograms`: whether to keep latency
-    /// histograms (metrics on).
-    pub fn start(loaded: LoadedModel, histograms: bool) -> Result<Self, LoadError> {
+    /// histograms (metrics on); `edges`: the edges whose requests are counted from the start.
+    pub fn start(loaded: LoadedModel, histograms: bool, edges: &[&'static EdgeLabel]) -> Result<Self, LoadError> {
         let LoadedModel {
             config,
             instances,
             shared,
         } = loaded;
-        let stats = Arc::new(ModelStats::new(histograms));
+        let stats = Arc::new(ModelStats::new(histograms, edges));
         let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
         let policy = BatchPolicy {
             max_batch_size: config.batching.max_batch_size,

@@ -17,6 +17,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use super::model::{LoadError, Model};
+use super::stats::EdgeLabel;
 use crate::model::config::{is_valid_model_name, MODEL_FILE};
 use crate::model::openmetrics::Escaped;
 use crate::pipeline::LoadedModel;
@@ -151,6 +152,8 @@ pub struct Repository {
     entries: ArcSwap<BTreeMap<String, Entry>>,
     /// Whether models keep latency histograms (metrics on).
     histograms: bool,
+    /// The edges that serve the models, counted from each model's start.
+    edges: Vec<&'static EdgeLabel>,
     /// Loads and reloads by model and outcome.
     pub loads: Family<LoadLabels, Counter>,
     /// Set when the server starts to drain: nothing is ready any more.
@@ -175,6 +178,7 @@ impl Repository {
             runtime,
             entries: ArcSwap::from_pointee(BTreeMap::new()),
             histograms,
+            edges: Vec::new(),
             loads: Family::default(),
             draining: std::sync::atomic::AtomicBool::new(false),
             changes: tokio::sync::watch::Sender::new(0),
@@ -183,6 +187,12 @@ impl Repository {
                 std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4)),
             )),
         }
+    }
+
+    /// The same, with the requests of `edges` counted (zero series on the metrics page)
+    /// from each model's start, before any request comes through them.
+    pub fn served_by(self, edges: Vec<&'static EdgeLabel>) -> Self {
+        Self { edges, ..self }
     }
 
     /// Holds `name` against other changes until dropped.
@@ -272,7 +282,7 @@ impl Repository {
         let histograms = self.histograms;
         let loaded = loaded
             .map_err(LoadError::from)
-            .and_then(|loaded| Model::start(loaded, histograms));
+            .and_then(|loaded| Model::start(loaded, histograms, &self.edges));
         let outcome = if loaded.is_ok() { "ready" } else { "failed" };
         self.loads
             .get_or_create(&LoadLabels {

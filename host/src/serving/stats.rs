@@ -4,8 +4,9 @@
 //! Counters are relaxed atomics, and so are the histograms ([`AtomicHistogram`]), which
 //! are kept only when metrics are on. Requests are counted by the [`EdgeLabel`] their edge
 //! passes and by protocol-neutral status, in fixed arrays: counting one costs a few atomic
-//! reads and adds, and no lock or allocation (but an edge's first, which sets up its
-//! counters). An edge's series appear once it has answered a request to the model.
+//! reads and adds, and no lock or allocation. The edges the server serves have their
+//! counters from the start (their series read zero until a request comes); any other
+//! edge gets its counters with its first request.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -149,7 +150,7 @@ pub struct StatsSnapshot {
 
 impl Default for ModelStats {
     fn default() -> Self {
-        Self::new(true)
+        Self::new(true, &[])
     }
 }
 
@@ -158,9 +159,10 @@ fn nanos(elapsed: Duration) -> u64 {
 }
 
 impl ModelStats {
-    /// Zeroed counters; histograms only if `histograms` (metrics on).
-    pub fn new(histograms: bool) -> Self {
-        Self {
+    /// Zeroed counters, with those of `edges` (the edges the server serves) in place;
+    /// histograms only if `histograms` (metrics on).
+    pub fn new(histograms: bool, edges: &[&'static EdgeLabel]) -> Self {
+        let stats = Self {
             batches: AtomicU64::new(0),
             items: AtomicU64::new(0),
             items_abandoned: AtomicU64::new(0),
@@ -179,7 +181,11 @@ impl ModelStats {
             requests_failed_ns: AtomicU64::new(0),
             edges: std::array::from_fn(|_| OnceLock::new()),
             histograms: histograms.then(Histograms::new),
+        };
+        for edge in edges {
+            stats.edge_requests(edge);
         }
+        stats
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {
@@ -328,7 +334,7 @@ mod tests {
 
     #[test]
     fn requests_are_counted_by_edge_and_status() {
-        let stats = ModelStats::new(true);
+        let stats = ModelStats::new(true, &[]);
         let ms = Duration::from_millis(1);
         stats.record_request(&REST, 200, ms);
         stats.record_request(&NAMED, 422, ms);
@@ -359,7 +365,7 @@ mod tests {
 
     #[test]
     fn without_metrics_there_are_no_histograms_but_counters_still_count() {
-        let stats = ModelStats::new(false);
+        let stats = ModelStats::new(false, &[]);
         stats.record_batch(
             4,
             Duration::from_millis(2),
