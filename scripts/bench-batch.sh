@@ -17,6 +17,10 @@
 #   BENCH_WORKERS      --workers (default 16)
 #   BENCH_BATCH_SIZES  the --batch-size values (default "1 32")
 #   BENCH_TRANSPORTS   what to run (default "rest rest-binary grpc in-process")
+#   BENCH_BASELINE     another tensorplug binary (e.g. the previous release) whose
+#                      `tensorplug infer` runs each row right after this build's, against
+#                      the same server (or in-process): its lines/s and this / baseline
+#                      in two more columns (the cost of a change, measured in one run)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,6 +30,7 @@ lines="${BENCH_LINES:-20000}"
 workers="${BENCH_WORKERS:-16}"
 batch_sizes="${BENCH_BATCH_SIZES:-1 32}"
 transports="${BENCH_TRANSPORTS:-rest rest-binary grpc in-process}"
+baseline="${BENCH_BASELINE:-}"
 
 for transport in $transports; do
     case "$transport" in
@@ -57,8 +62,32 @@ for _ in $(seq 600); do
     sleep 0.1
 done
 
-echo "| transport | batch size | workers | lines | lines/s | seconds |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+# Runs `$1 infer` with the rest of the arguments over the input and sets `rate` (lines/s)
+# and `seconds` from its summary, after checking that every line was answered.
+run_infer() {
+    local bin="$1" output="$work/out.jsonl"
+    shift
+    if ! "$bin" infer "$@" -m digits -i "$input" -o "$output" \
+        --workers "$workers" --batch-size "$batch" -q 2> "$work/infer.log"; then
+        echo "bench-batch: $bin: $transport at batch size $batch failed:" >&2
+        cat "$work/infer.log" >&2
+        exit 1
+    fi
+    answered="$(wc -l < "$output")"
+    [[ "$answered" -eq "$lines" ]] || { echo "bench-batch: $answered answers for $lines lines" >&2; exit 1; }
+    rm -f "$output"
+    summary="$(grep 'lines answered' "$work/infer.log")"
+    rate="$(sed -n 's/.*(\([0-9]*\) lines\/s).*/\1/p' <<< "$summary")"
+    seconds="$(sed -n 's/.* in \([0-9.]*\) s (.*/\1/p' <<< "$summary")"
+}
+
+if [[ -n "$baseline" ]]; then
+    echo "| transport | batch size | workers | lines | lines/s | seconds | baseline lines/s | this / baseline |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+else
+    echo "| transport | batch size | workers | lines | lines/s | seconds |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+fi
 for transport in $transports; do
     for batch in $batch_sizes; do
         case "$transport" in
@@ -67,19 +96,13 @@ for transport in $transports; do
             grpc) target=(-u "127.0.0.1:$grpc_port" -t grpc) ;;
             in-process) target=(--repository examples/models --cache-dir "$work/cache") ;;
         esac
-        output="$work/out-$transport-$batch.jsonl"
-        if ! "$bin" infer "${target[@]}" -m digits -i "$input" -o "$output" \
-            --workers "$workers" --batch-size "$batch" -q 2> "$work/infer.log"; then
-            echo "bench-batch: $transport at batch size $batch failed:" >&2
-            cat "$work/infer.log" >&2
-            exit 1
+        run_infer "$bin" "${target[@]}"
+        row="| $transport | $batch | $workers | $lines | $rate | $seconds |"
+        if [[ -n "$baseline" ]]; then
+            this_rate="$rate"
+            run_infer "$baseline" "${target[@]}"
+            row="$row $rate | $(python3 -c "print(f'{$this_rate / max($rate, 1):.2f}')") |"
         fi
-        answered="$(wc -l < "$output")"
-        [[ "$answered" -eq "$lines" ]] || { echo "bench-batch: $answered answers for $lines lines" >&2; exit 1; }
-        summary="$(grep 'lines answered' "$work/infer.log")"
-        rate="$(sed -n 's/.*(\([0-9]*\) lines\/s).*/\1/p' <<< "$summary")"
-        seconds="$(sed -n 's/.* in \([0-9.]*\) s (.*/\1/p' <<< "$summary")"
-        echo "| $transport | $batch | $workers | $lines | $rate | $seconds |"
-        rm -f "$output"
+        echo "$row"
     done
 done
