@@ -14,11 +14,13 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, Semaphore};
 
-use super::merge::Line;
-use super::output::{self, Answered, DoneSet};
+use super::line::{AnswerLine, Line};
+use super::line_reader::{LineReader, RawLine};
+use super::output;
 use super::progress::Counters;
+use super::resume::DoneSet;
+use super::stop::Stop;
 use super::transport::ModelInfo;
-use super::Stop;
 use crate::protocol::decode_request;
 
 /// Where the requests come from.
@@ -50,96 +52,17 @@ impl InputSource {
         }
     }
 
+    /// Its lines, each at most `cap` bytes held.
+    pub(crate) fn into_lines(self, cap: usize) -> LineReader {
+        LineReader::new(self.into_reader(), cap)
+    }
+
     fn into_reader(self) -> Box<dyn BufRead + Send> {
         const BUFFER: usize = 256 * 1024;
         match self {
             InputSource::Stdin => Box::new(BufReader::with_capacity(BUFFER, std::io::stdin())),
             InputSource::File { file, .. } => Box::new(BufReader::with_capacity(BUFFER, file)),
         }
-    }
-}
-
-/// One line of input.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum RawLine {
-    /// Its bytes, without the line ending (`\n` or `\r\n`).
-    Text(Vec<u8>),
-    /// Longer than the cap: its length (its bytes were skipped, not kept).
-    TooLong(u64),
-}
-
-/// Lines of a byte stream, each at most `cap` bytes held.
-pub(crate) struct LineReader {
-    inner: Box<dyn BufRead + Send>,
-    cap: usize,
-    /// Lines returned so far (the last one's number).
-    number: u64,
-    /// Bytes consumed so far.
-    consumed: u64,
-}
-
-impl LineReader {
-    pub(crate) fn new(source: InputSource, cap: usize) -> Self {
-        Self::from_reader(source.into_reader(), cap)
-    }
-
-    pub(crate) fn from_reader(inner: Box<dyn BufRead + Send>, cap: usize) -> Self {
-        LineReader {
-            inner,
-            cap,
-            number: 0,
-            consumed: 0,
-        }
-    }
-
-    /// Bytes read so far.
-    pub(crate) fn consumed(&self) -> u64 {
-        self.consumed
-    }
-
-    /// The next line and its number (from 1), or `None` at the end.
-    pub(crate) fn next_line(&mut self) -> std::io::Result<Option<(u64, RawLine)>> {
-        let mut line = Vec::new();
-        let mut length: u64 = 0;
-        let mut seen_any = false;
-        loop {
-            let available = match self.inner.fill_buf() {
-                Ok(available) => available,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            if available.is_empty() {
-                if !seen_any {
-                    return Ok(None);
-                }
-                break;
-            }
-            seen_any = true;
-            let (chunk, used, ended) = match available.iter().position(|&b| b == b'\n') {
-                Some(at) => (&available[..at], at + 1, true),
-                None => (available, available.len(), false),
-            };
-            length += chunk.len() as u64;
-            if length <= self.cap as u64 {
-                line.extend_from_slice(chunk);
-            } else if !line.is_empty() {
-                // Over the cap: nothing more is kept.
-                line = Vec::new();
-            }
-            self.inner.consume(used);
-            self.consumed += used as u64;
-            if ended {
-                break;
-            }
-        }
-        self.number += 1;
-        if length > self.cap as u64 {
-            return Ok(Some((self.number, RawLine::TooLong(length))));
-        }
-        if line.last() == Some(&b'\r') {
-            line.pop();
-        }
-        Ok(Some((self.number, RawLine::Text(line))))
     }
 }
 
@@ -152,7 +75,7 @@ pub(crate) struct ReadContext {
     pub permits: Arc<Semaphore>,
     pub lines: mpsc::Sender<Line>,
     /// Invalid lines' answers go straight to the writer.
-    pub invalid: mpsc::Sender<Answered>,
+    pub invalid: mpsc::Sender<AnswerLine>,
     pub stop: Arc<Stop>,
     pub counters: Arc<Counters>,
     pub runtime: tokio::runtime::Handle,
@@ -188,7 +111,7 @@ pub(crate) fn read_lines(mut reader: LineReader, context: ReadContext) -> std::i
             RawLine::Text(text) => decode_request(&text, None).map_err(|e| e.to_string()),
             RawLine::TooLong(length) => Err(format!(
                 "the line is {length} bytes, more than --max-line-bytes ({})",
-                reader.cap
+                reader.cap()
             )),
         };
         context.counters.line_read();
@@ -216,41 +139,6 @@ pub(crate) fn read_lines(mut reader: LineReader, context: ReadContext) -> std::i
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lines(text: &'static [u8], cap: usize) -> Vec<(u64, RawLine)> {
-        // A tiny buffer, so lines cross buffer boundaries.
-        let inner = Box::new(BufReader::with_capacity(3, text));
-        let mut reader = LineReader::from_reader(inner, cap);
-        let mut out = Vec::new();
-        while let Some(line) = reader.next_line().unwrap() {
-            out.push(line);
-        }
-        assert_eq!(reader.consumed(), text.len() as u64);
-        out
-    }
-
-    fn text(s: &str) -> RawLine {
-        RawLine::Text(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn lines_are_split_numbered_and_capped() {
-        assert_eq!(
-            lines(b"ab\r\n\nlonger line\nlast", 6),
-            vec![
-                (1, text("ab")),
-                (2, text("")),
-                (3, RawLine::TooLong(11)),
-                (4, text("last"))
-            ]
-        );
-        assert_eq!(lines(b"x\n", 6), vec![(1, text("x"))]);
-        assert_eq!(lines(b"", 6), vec![]);
-        assert_eq!(
-            lines(b"123456\n1234567", 6),
-            vec![(1, text("123456")), (2, RawLine::TooLong(7))]
-        );
-    }
 
     #[test]
     fn files_report_their_size_and_directories_are_refused() {

@@ -6,133 +6,12 @@
 //! outputs and the same request parameters; each line's first dimension (the same for
 //! all its inputs, at least 1) is its item count. Merging stacks the lines' inputs along
 //! that dimension. A line with no first dimension to stack along goes alone.
-//!
-//! [`Batcher`] groups lines the way the server's batcher groups items: whenever a worker
-//! is free it takes what has been read (up to K compatible lines), so a lone line is
-//! never held back and groups grow by themselves while the workers are busy.
 
-use std::collections::VecDeque;
-
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
-
+use super::line::LineOutcome;
 use super::transport::Reply;
 use crate::model::outcome::{ItemError, ItemOutcome};
-use crate::model::tensor::{bytes_element_offsets, element_count, DataType, Item, Tensor};
-use crate::protocol::{InferRequest, Parameters, RequestedOutput};
-
-/// What makes lines mergeable: equal keys.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct MergeKey {
-    /// Each input's name, datatype and per-item shape, in request order.
-    inputs: Vec<(String, DataType, Vec<u64>)>,
-    outputs: Vec<RequestedOutput>,
-    parameters: Parameters,
-}
-
-/// One parsed input line, on its way to a worker.
-pub(crate) struct Line {
-    /// Its place among the lines to answer (the reorder window's order).
-    pub seq: u64,
-    /// Its line number − 1: the answer's `batch_index`.
-    pub index: u64,
-    pub request: InferRequest,
-    /// `None`: the line goes alone.
-    pub key: Option<MergeKey>,
-    /// Items the line holds (its first dimension); 0 when it goes alone.
-    pub items: u64,
-    /// Its place in the reorder window, given back once its answer is written.
-    pub permit: OwnedSemaphorePermit,
-}
-
-impl Line {
-    pub(crate) fn new(seq: u64, index: u64, request: InferRequest, permit: OwnedSemaphorePermit) -> Line {
-        let (key, items) = match merge_key(&request) {
-            Some((key, items)) => (Some(key), items),
-            None => (None, 0),
-        };
-        Line {
-            seq,
-            index,
-            request,
-            key,
-            items,
-            permit,
-        }
-    }
-}
-
-/// The line's key and item count, or `None` when it cannot be merged.
-fn merge_key(request: &InferRequest) -> Option<(MergeKey, u64)> {
-    let mut items = None;
-    let mut inputs = Vec::with_capacity(request.inputs.len());
-    for tensor in &request.inputs {
-        let (&n, per_item) = tensor.shape.split_first()?;
-        if n == 0 || items.is_some_and(|m| m != n) {
-            return None;
-        }
-        items = Some(n);
-        inputs.push((tensor.name.clone(), tensor.datatype, per_item.to_vec()));
-    }
-    let key = MergeKey {
-        inputs,
-        outputs: request.outputs.clone(),
-        parameters: request.parameters.clone(),
-    };
-    Some((key, items?))
-}
-
-/// Hands workers groups of up to `batch_size` compatible lines.
-pub(crate) struct Batcher {
-    lines: mpsc::Receiver<Line>,
-    /// Lines read but not yet taken (they did not fit the group being formed), in order.
-    held: VecDeque<Line>,
-    batch_size: usize,
-}
-
-impl Batcher {
-    pub(crate) fn new(lines: mpsc::Receiver<Line>, batch_size: usize) -> Self {
-        Batcher {
-            lines,
-            held: VecDeque::new(),
-            batch_size,
-        }
-    }
-
-    /// The next group: the oldest line waiting, and as many lines compatible with it as
-    /// are waiting (up to the batch size). `None` once every line has been taken.
-    pub(crate) async fn next_group(&mut self) -> Option<Vec<Line>> {
-        let first = match self.held.pop_front() {
-            Some(line) => line,
-            None => self.lines.recv().await?,
-        };
-        let mut group = vec![first];
-        let Some(key) = group[0].key.clone() else {
-            return Some(group);
-        };
-        let mut index = 0;
-        while group.len() < self.batch_size && index < self.held.len() {
-            if self.held[index].key.as_ref() == Some(&key) {
-                if let Some(line) = self.held.remove(index) {
-                    group.push(line);
-                }
-            } else {
-                index += 1;
-            }
-        }
-        while group.len() < self.batch_size {
-            let Ok(line) = self.lines.try_recv() else {
-                break;
-            };
-            if line.key.as_ref() == Some(&key) {
-                group.push(line);
-            } else {
-                // Bounded: every held line holds a window permit.
-                self.held.push_back(line);
-            }
-        }
-        Some(group)
-    }
-}
+use crate::model::tensor::{bytes_element_offsets, element_count, Item, Tensor};
+use crate::protocol::{InferRequest, Parameters};
 
 /// The lines' requests merged into one, with id `id`: their inputs stacked along the
 /// first dimension, the first line's outputs and parameters (all lines share them). A
@@ -181,56 +60,15 @@ pub(crate) fn merge(requests: &[&InferRequest], id: &str) -> InferRequest {
     }
 }
 
-/// What one line's answer is.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum LineOutcome {
-    /// Every item succeeded: the outputs, as the server would have answered the line alone.
-    Success {
-        model_name: String,
-        model_version: String,
-        outputs: Vec<Tensor>,
-    },
-    /// Some items of a multi-item line failed: every item's outcome (a 207 of its own).
-    /// Over gRPC the successful items' outputs are not known (empty).
-    Items {
-        model_name: String,
-        model_version: String,
-        results: Vec<ItemOutcome>,
-    },
-    /// The line failed as a whole (a single-item line's failed item, or a failed request).
-    Failure { status: u16, message: String },
-}
-
-impl LineOutcome {
-    /// Whether retrying could change it: it failed, and only with 503s and 504s.
-    pub(crate) fn retryable(&self) -> bool {
-        let transient = |status: u16| status == 503 || status == 504;
-        match self {
-            LineOutcome::Success { .. } => false,
-            LineOutcome::Failure { status, .. } => transient(*status),
-            LineOutcome::Items { results, .. } => {
-                let mut errors = results.iter().filter_map(|r| r.as_ref().err()).peekable();
-                errors.peek().is_some() && errors.all(|e| transient(e.status))
-            }
-        }
-    }
-}
-
-/// One line's share of an answer.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Share {
-    Done(LineOutcome),
-    /// Its items succeeded, but the answer did not carry their outputs (a partly failed
-    /// gRPC request): it has to be sent again.
-    NeedsOutputs,
-}
-
-/// Splits `reply` among lines of `counts` items each (in request order). `None` when the
-/// answer does not fit the lines (an output whose first dimension is not the total item
-/// count, a different number of item results): then the lines have to go alone.
+/// Splits `reply` among lines of `counts` items each (in request order): each line's
+/// outcome, or `None` for a line whose items succeeded but whose outputs the reply did
+/// not carry (a partly failed gRPC request), which has to be sent again. `None` as a
+/// whole when the answer does not fit the lines (an output whose first dimension is not
+/// the total item count, a different number of item results): then the lines have to go
+/// alone.
 ///
 /// A single line takes a successful answer as it is (the model need not batch).
-pub(crate) fn split(reply: Reply, counts: &[u64]) -> Option<Vec<Share>> {
+pub(crate) fn split(reply: Reply, counts: &[u64]) -> Option<Vec<Option<LineOutcome>>> {
     let total: u64 = counts.iter().sum();
     match reply {
         Reply::Success {
@@ -239,7 +77,7 @@ pub(crate) fn split(reply: Reply, counts: &[u64]) -> Option<Vec<Share>> {
             outputs,
         } => {
             if counts.len() == 1 {
-                return Some(vec![Share::Done(LineOutcome::Success {
+                return Some(vec![Some(LineOutcome::Success {
                     model_name,
                     model_version,
                     outputs,
@@ -255,7 +93,7 @@ pub(crate) fn split(reply: Reply, counts: &[u64]) -> Option<Vec<Share>> {
                 per_line
                     .into_iter()
                     .map(|outputs| {
-                        Share::Done(LineOutcome::Success {
+                        Some(LineOutcome::Success {
                             model_name: model_name.clone(),
                             model_version: model_version.clone(),
                             outputs,
@@ -277,7 +115,7 @@ pub(crate) fn split(reply: Reply, counts: &[u64]) -> Option<Vec<Share>> {
                 .iter()
                 .map(|&n| {
                     let mine: Vec<ItemOutcome> = results.by_ref().take(n as usize).collect();
-                    Share::Done(line_items(&model_name, &model_version, mine))
+                    Some(line_items(&model_name, &model_version, mine))
                 })
                 .collect();
             Some(shares)
@@ -292,10 +130,10 @@ pub(crate) fn split(reply: Reply, counts: &[u64]) -> Option<Vec<Share>> {
                 .map(|&n| {
                     let mine: Vec<Result<(), ItemError>> = results.by_ref().take(n as usize).collect();
                     if mine.iter().all(Result::is_ok) {
-                        return Share::NeedsOutputs;
+                        return None;
                     }
                     let outcomes = mine.into_iter().map(|r| r.map(|()| Vec::new())).collect();
-                    Share::Done(line_items("", "", outcomes))
+                    Some(line_items("", "", outcomes))
                 })
                 .collect();
             Some(shares)
@@ -399,48 +237,15 @@ fn split_rows(tensor: &Tensor, counts: &[u64], total: u64) -> Option<Vec<Tensor>
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::model::tensor::push_bytes_element;
-    use crate::protocol::decode_request;
-
-    fn request(json: &str) -> InferRequest {
-        decode_request(json.as_bytes(), None).unwrap()
-    }
-
-    fn x(values: &[f32], shape: &[u64]) -> InferRequest {
-        let data: Vec<String> = values.iter().map(f32::to_string).collect();
-        request(&format!(
-            r#"{{"inputs":[{{"name":"x","datatype":"FP32","shape":{shape:?},"data":[{}]}}]}}"#,
-            data.join(",")
-        ))
-    }
+    use crate::batch::line::test_requests::x;
+    use crate::model::tensor::{push_bytes_element, DataType};
 
     fn f32s(t: &Tensor) -> Vec<f32> {
         t.data
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect()
-    }
-
-    #[test]
-    fn keys_compare_inputs_per_item_shapes_outputs_and_parameters() {
-        let key = |r: &InferRequest| merge_key(r);
-        let (a, n) = key(&x(&[1.0, 2.0], &[2, 1])).unwrap();
-        assert_eq!(n, 2);
-        assert_eq!(key(&x(&[3.0], &[1, 1])).unwrap().0, a);
-        assert_ne!(key(&x(&[3.0, 4.0], &[1, 2])).unwrap().0, a, "per-item shape differs");
-        assert!(key(&x(&[], &[0, 1])).is_none(), "no items");
-        assert!(key(&x(&[1.0], &[1])).is_some());
-        assert!(key(&x(&[1.0], &[])).is_none(), "nothing to stack along");
-        let with_output =
-            request(r#"{"inputs":[{"name":"x","datatype":"FP32","shape":[1,1],"data":[1]}],"outputs":[{"name":"y"}]}"#);
-        assert_ne!(key(&with_output).unwrap().0, a);
-        let with_parameter = request(
-            r#"{"parameters":{"timeout":9},"inputs":[{"name":"x","datatype":"FP32","shape":[1,1],"data":[1]}]}"#,
-        );
-        assert_ne!(key(&with_parameter).unwrap().0, a);
     }
 
     #[test]
@@ -463,7 +268,7 @@ mod tests {
             outputs: vec![y.clone()],
         };
         let shares = split(reply, &[2, 1]).unwrap();
-        let Share::Done(LineOutcome::Success { outputs, .. }) = &shares[1] else {
+        let Some(LineOutcome::Success { outputs, .. }) = &shares[1] else {
             panic!("{shares:?}");
         };
         assert_eq!(outputs[0].shape, vec![1, 1]);
@@ -517,52 +322,27 @@ mod tests {
             ],
         };
         let shares = split(reply, &[1, 1, 2, 1]).unwrap();
-        assert!(matches!(&shares[0], Share::Done(LineOutcome::Success { outputs, .. }) if outputs[0].shape == [1, 1]));
-        assert!(
-            matches!(&shares[1], Share::Done(LineOutcome::Failure { status: 422, message }) if message == "rejected")
-        );
-        let Share::Done(LineOutcome::Success { outputs, .. }) = &shares[2] else {
+        assert!(matches!(&shares[0], Some(LineOutcome::Success { outputs, .. }) if outputs[0].shape == [1, 1]));
+        assert!(matches!(&shares[1], Some(LineOutcome::Failure { status: 422, message }) if message == "rejected"));
+        let Some(LineOutcome::Success { outputs, .. }) = &shares[2] else {
             panic!("{shares:?}");
         };
         assert_eq!(
             (outputs[0].shape.as_slice(), f32s(&outputs[0])),
             (&[2, 1][..], vec![3.0, 4.0])
         );
-        let Share::Done(busy) = &shares[3] else { panic!() };
+        let Some(busy) = &shares[3] else { panic!() };
         assert!(busy.retryable());
-        let Share::Done(rejected) = &shares[1] else { panic!() };
+        let Some(rejected) = &shares[1] else { panic!() };
         assert!(!rejected.retryable());
 
         let statuses = Reply::Statuses {
             results: vec![Ok(()), Err(ItemError::new(400, "bad")), Ok(()), Ok(())],
         };
         let shares = split(statuses, &[1, 1, 2]).unwrap();
-        assert_eq!(shares[0], Share::NeedsOutputs);
-        assert!(matches!(
-            &shares[1],
-            Share::Done(LineOutcome::Failure { status: 400, .. })
-        ));
-        assert_eq!(shares[2], Share::NeedsOutputs);
+        assert_eq!(shares[0], None);
+        assert!(matches!(&shares[1], Some(LineOutcome::Failure { status: 400, .. })));
+        assert_eq!(shares[2], None);
         assert!(split(Reply::Statuses { results: vec![Ok(())] }, &[1, 1]).is_none());
-    }
-
-    #[tokio::test]
-    async fn the_batcher_groups_compatible_lines_and_holds_the_others() {
-        let permits = Arc::new(tokio::sync::Semaphore::new(16));
-        let (tx, rx) = mpsc::channel(16);
-        let wide = || x(&[1.0, 2.0], &[1, 2]);
-        let narrow = || x(&[1.0], &[1, 1]);
-        let requests = [narrow(), wide(), narrow(), narrow(), wide(), narrow()];
-        for (seq, r) in requests.into_iter().enumerate() {
-            let permit = permits.clone().acquire_owned().await.unwrap();
-            tx.send(Line::new(seq as u64, seq as u64, r, permit)).await.unwrap();
-        }
-        drop(tx);
-        let mut batcher = Batcher::new(rx, 3);
-        let mut groups = Vec::new();
-        while let Some(group) = batcher.next_group().await {
-            groups.push(group.iter().map(|l| l.seq).collect::<Vec<_>>());
-        }
-        assert_eq!(groups, vec![vec![0, 2, 3], vec![1, 4], vec![5]]);
     }
 }

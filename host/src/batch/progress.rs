@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::Options;
+use super::options::Options;
 
 /// How often the bar is redrawn.
 const BAR_TICK: Duration = Duration::from_millis(200);

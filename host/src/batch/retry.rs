@@ -12,6 +12,8 @@
 
 use std::time::Duration;
 
+use super::random::random_u64;
+
 /// The first retry's wait, before jitter.
 const BASE: Duration = Duration::from_millis(100);
 /// The longest wait between retries, before jitter.
@@ -58,7 +60,7 @@ pub(crate) fn backoff(n: u32) -> Duration {
 
 /// A random number in [0, 1).
 fn unit_random() -> f64 {
-    (super::random_u64() >> 11) as f64 / (1u64 << 53) as f64
+    (random_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The wait an HTTP `Retry-After` value asks for: delay-seconds (an HTTP date is not

@@ -1,4 +1,4 @@
-//! A worker: takes a group of lines from the batcher, sends them as one request, and
+//! A worker: takes a group of lines from the grouper, sends them as one request, and
 //! turns the answer into one answer line per line, retrying what may succeed later.
 //!
 //! How a group is resolved, round by round:
@@ -25,12 +25,15 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::merge::{self, Batcher, Line, LineOutcome, Share};
-use super::output::{self, Answered};
+use super::group::LineGrouper;
+use super::line::{AnswerLine, Line, LineOutcome, Resolved};
+use super::merge;
+use super::output;
 use super::progress::Counters;
+use super::random::new_inference_id;
 use super::retry::RetryPolicy;
+use super::stop::Stop;
 use super::transport::{Failure, Transport};
-use super::Stop;
 
 /// One of the `--workers` request loops.
 pub(crate) struct Worker {
@@ -38,47 +41,52 @@ pub(crate) struct Worker {
     pub policy: RetryPolicy,
     pub stop: Arc<Stop>,
     pub counters: Arc<Counters>,
-    pub answers: mpsc::Sender<Answered>,
+    pub answers: mpsc::Sender<AnswerLine>,
 }
 
 /// A line on its way through a worker.
-pub(crate) struct Pending {
-    pub line: Line,
+struct Pending {
+    line: Line,
     /// Requests sent with this line so far.
-    pub attempts: u32,
+    attempts: u32,
     /// Retried at least once.
-    pub retried: bool,
+    retried: bool,
     /// Sent again for its outputs (gRPC) already.
     resent: bool,
 }
 
-/// A line's final answer.
-pub(crate) struct Resolved {
-    pub pending: Pending,
-    pub outcome: LineOutcome,
-    /// The id of the request that brought the answer (none if no request was sent).
-    pub inference_id: String,
+impl Pending {
+    fn new(line: Line) -> Self {
+        Pending {
+            line,
+            attempts: 0,
+            retried: false,
+            resent: false,
+        }
+    }
+
+    fn resolved(self, outcome: LineOutcome, inference_id: String) -> Resolved {
+        Resolved {
+            line: self.line,
+            outcome,
+            attempts: self.attempts,
+            retried: self.retried,
+            inference_id,
+        }
+    }
 }
 
 impl Worker {
     /// Takes groups until the input is used up (or a stop), answering every line taken.
-    pub(crate) async fn run(self, batcher: Arc<tokio::sync::Mutex<Batcher>>) {
+    pub(crate) async fn run(self, grouper: Arc<tokio::sync::Mutex<LineGrouper>>) {
         loop {
-            let group = batcher.lock().await.next_group().await;
+            let group = grouper.lock().await.next_group().await;
             let Some(group) = group else {
                 return;
             };
-            let pending = group
-                .into_iter()
-                .map(|line| Pending {
-                    line,
-                    attempts: 0,
-                    retried: false,
-                    resent: false,
-                })
-                .collect();
+            let pending: Vec<Pending> = group.into_iter().map(Pending::new).collect();
             for resolved in self.resolve(pending).await {
-                if resolved.pending.retried {
+                if resolved.retried {
                     self.counters.line_retried();
                 }
                 let answer = output::answer_line(self.transport.info(), resolved);
@@ -91,13 +99,13 @@ impl Worker {
     }
 
     /// Sends `group` (merged) and resolves every line of it, in rounds.
-    pub(crate) async fn resolve(&self, group: Vec<Pending>) -> Vec<Resolved> {
+    async fn resolve(&self, group: Vec<Pending>) -> Vec<Resolved> {
         let mut done = Vec::with_capacity(group.len());
         let mut rounds: Vec<Vec<Pending>> = vec![group];
         while let Some(mut batch) = rounds.pop() {
             let inference_id = match (batch.len(), batch.first()) {
-                (1, Some(only)) => only.line.request.id.clone().unwrap_or_else(super::new_inference_id),
-                _ => super::new_inference_id(),
+                (1, Some(only)) => only.line.request.id.clone().unwrap_or_else(new_inference_id),
+                _ => new_inference_id(),
             };
             for pending in &mut batch {
                 pending.attempts += 1;
@@ -108,11 +116,7 @@ impl Worker {
             };
             let counts: Vec<u64> = batch.iter().map(|p| p.line.items.max(1)).collect();
             let reply = self.transport.infer(request).await;
-            let finish = |pending: Pending, outcome: LineOutcome| Resolved {
-                pending,
-                outcome,
-                inference_id: inference_id.clone(),
-            };
+            let finish = |pending: Pending, outcome: LineOutcome| pending.resolved(outcome, inference_id.clone());
             let shares = match reply {
                 Err(failure) if failure.retryable => {
                     let (again, spent): (Vec<Pending>, Vec<Pending>) =
@@ -170,20 +174,20 @@ impl Worker {
             let (mut retry, mut resend) = (Vec::new(), Vec::new());
             for (mut pending, share) in batch.into_iter().zip(shares) {
                 match share {
-                    Share::NeedsOutputs if alone => {
+                    None if alone => {
                         let failure = Failure::no_answer("the server reported success without outputs".into(), false);
                         done.push(finish(pending, failed(&failure)));
                     }
                     // Sent again once already, and still no outputs: alone this time.
-                    Share::NeedsOutputs if pending.resent => rounds.push(vec![pending]),
-                    Share::NeedsOutputs => {
+                    None if pending.resent => rounds.push(vec![pending]),
+                    None => {
                         pending.resent = true;
                         resend.push(pending);
                     }
-                    Share::Done(outcome) if outcome.retryable() && self.may_retry(&pending) => {
+                    Some(outcome) if outcome.retryable() && self.may_retry(&pending) => {
                         retry.push((pending, outcome));
                     }
-                    Share::Done(outcome) => done.push(finish(pending, outcome)),
+                    Some(outcome) => done.push(finish(pending, outcome)),
                 }
             }
             if !resend.is_empty() {

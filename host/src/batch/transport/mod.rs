@@ -9,19 +9,10 @@ mod rest;
 
 use std::time::Duration;
 
-use super::{Options, Target};
+use super::options::{Options, Target, TransportKind};
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Tensor;
 use crate::protocol::InferRequest;
-
-/// The wire a server is spoken to over.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum TransportKind {
-    /// HTTP/1.1, JSON bodies (or binary tensor data with `--binary-data`).
-    Rest,
-    /// `inference.GRPCInferenceService/ModelInfer`, raw tensor contents.
-    Grpc,
-}
 
 /// Why the run cannot start: the model is not there, the server cannot be reached, a
 /// flag the transport reads is malformed.

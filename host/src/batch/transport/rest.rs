@@ -7,8 +7,8 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 
 use super::{base_url, parse_headers, setup_backoff, Failure, ModelInfo, Reply, SetupError};
+use crate::batch::options::Options;
 use crate::batch::retry::parse_retry_after;
-use crate::batch::Options;
 use crate::protocol::client::{decode_answer, encode_request, Answer, BodyForm};
 use crate::protocol::InferRequest;
 
@@ -138,11 +138,11 @@ struct Metadata {
     #[serde(default)]
     versions: Vec<String>,
     #[serde(default)]
-    inputs: Vec<TensorMetadata>,
+    inputs: Vec<InputMetadata>,
 }
 
 #[derive(serde::Deserialize)]
-struct TensorMetadata {
+struct InputMetadata {
     #[serde(default)]
     shape: Vec<i64>,
 }
