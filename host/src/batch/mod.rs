@@ -12,6 +12,9 @@
 //!   └── invalid lines ──────────────────────────────────────► the permit goes back
 //! ```
 //!
+//! In-process, a worker does not merge: it sends each line of its group as its own
+//! request, all at once, and the serving batcher stacks them (up to N × K in flight).
+//!
 //! Memory is bounded by the window: a line holds a permit from the moment it is read
 //! until its answer is written, so at most `window` lines (their requests and answers)
 //! are in the program at once, whatever the input's length; when the oldest line is

@@ -1,5 +1,6 @@
-//! A worker: takes a group of lines from the grouper, sends them as one request, and
-//! turns the answer into one answer line per line, retrying what may succeed later.
+//! A worker: takes a group of lines from the grouper, sends them as one request (in
+//! process: each as its own request, at once), and turns the answer into one answer
+//! line per line, retrying what may succeed later.
 //!
 //! How a group is resolved, round by round:
 //!
@@ -20,7 +21,10 @@
 //! its answer line. Once a stop is requested, nothing is retried any more: a line that
 //! would have been is answered with its last failure.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -85,7 +89,12 @@ impl Worker {
                 return;
             };
             let pending: Vec<Pending> = group.into_iter().map(Pending::new).collect();
-            for resolved in self.resolve(pending).await {
+            let resolved = if self.transport.merges_lines() {
+                self.resolve(pending, None).await
+            } else {
+                self.resolve_each(pending).await
+            };
+            for resolved in resolved {
                 if resolved.retried {
                     self.counters.line_retried();
                 }
@@ -98,15 +107,31 @@ impl Worker {
         }
     }
 
-    /// Sends `group` (merged) and resolves every line of it, in rounds.
-    async fn resolve(&self, group: Vec<Pending>) -> Vec<Resolved> {
+    /// In-process: every line of `group` as its own request, all in flight at once, so
+    /// that the serving batcher stacks them as it stacks any concurrent requests (merged,
+    /// they would be split into items there and stacked again). They carry the group's
+    /// one id, as the merged request would have.
+    async fn resolve_each(&self, group: Vec<Pending>) -> Vec<Resolved> {
+        if group.len() == 1 {
+            return self.resolve(group, None).await;
+        }
+        let inference_id = new_inference_id();
+        let each = group
+            .into_iter()
+            .map(|pending| self.resolve(vec![pending], Some(inference_id.clone())));
+        join_all(each.collect()).await.into_iter().flatten().collect()
+    }
+
+    /// Sends `group` (merged) and resolves every line of it, in rounds. The first
+    /// request's id is `first_id` when given.
+    async fn resolve(&self, group: Vec<Pending>, mut first_id: Option<String>) -> Vec<Resolved> {
         let mut done = Vec::with_capacity(group.len());
         let mut rounds: Vec<Vec<Pending>> = vec![group];
         while let Some(mut batch) = rounds.pop() {
-            let inference_id = match (batch.len(), batch.first()) {
+            let inference_id = first_id.take().unwrap_or_else(|| match (batch.len(), batch.first()) {
                 (1, Some(only)) => only.line.request.id.clone().unwrap_or_else(new_inference_id),
                 _ => new_inference_id(),
-            };
+            });
             for pending in &mut batch {
                 pending.attempts += 1;
             }
@@ -233,6 +258,31 @@ impl Worker {
             () = self.stop.wait() => false,
         }
     }
+}
+
+/// Runs `futures` at once on this task (each wake polls the ones not done yet: a
+/// group's few), their outputs in the order they finish.
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut running: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs = Vec::with_capacity(running.len());
+    std::future::poll_fn(|cx| {
+        let mut at = 0;
+        while at < running.len() {
+            if let Poll::Ready(output) = running[at].as_mut().poll(cx) {
+                outputs.push(output);
+                drop(running.swap_remove(at));
+            } else {
+                at += 1;
+            }
+        }
+        if running.is_empty() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outputs
 }
 
 /// `lines`, marked as retried.

@@ -148,6 +148,13 @@ impl Transport {
         }
     }
 
+    /// Whether a group of lines goes as one merged request: over a wire, where it saves
+    /// round trips. In-process each line is its own request, and the serving batcher
+    /// stacks them (a merged request would be split into items there and stacked again).
+    pub(crate) fn merges_lines(&self) -> bool {
+        !matches!(self, Transport::Local(_))
+    }
+
     /// Sends one request and waits (at most `--timeout`) for its answer.
     pub(crate) async fn infer(&self, request: InferRequest) -> Result<Reply, Failure> {
         match self {
