@@ -300,3 +300,24 @@ fn failed(failure: &Failure) -> LineOutcome {
         message: failure.message.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn join_all_runs_every_future_at_once_and_gives_them_in_finishing_order() {
+        let started = tokio::time::Instant::now();
+        let nap = |ms: u64| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            ms
+        };
+        let outputs = join_all(vec![nap(30), nap(10), nap(20)]).await;
+        assert_eq!(outputs, vec![10, 20, 30]);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(30),
+            "at once, not one after another"
+        );
+    }
+}
