@@ -21,7 +21,10 @@
 //! its answer line. Once a stop is requested, nothing is retried any more: a line that
 //! would have been is answered with its last failure.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -37,7 +40,6 @@ use super::stop::Stop;
 use super::transport::{Failure, Transport};
 
 /// One of the `--workers` request loops.
-#[derive(Clone)]
 pub(crate) struct Worker {
     pub transport: Arc<Transport>,
     pub policy: RetryPolicy,
@@ -114,22 +116,10 @@ impl Worker {
             return self.resolve(group, None).await;
         }
         let inference_id = new_inference_id();
-        let mut requests = tokio::task::JoinSet::new();
-        for pending in group {
-            let worker = self.clone();
-            let inference_id = inference_id.clone();
-            requests.spawn(async move { worker.resolve(vec![pending], Some(inference_id)).await });
-        }
-        let mut done = Vec::new();
-        while let Some(joined) = requests.join_next().await {
-            match joined {
-                Ok(resolved) => done.extend(resolved),
-                // Only a panic lands here (nothing aborts these tasks): its line goes
-                // unanswered, as a panicking worker's lines would.
-                Err(error) => tracing::error!("a line's request task failed: {error}"),
-            }
-        }
-        done
+        let each = group
+            .into_iter()
+            .map(|pending| self.resolve(vec![pending], Some(inference_id.clone())));
+        join_all(each.collect()).await.into_iter().flatten().collect()
     }
 
     /// Sends `group` (merged) and resolves every line of it, in rounds. The first
@@ -270,6 +260,31 @@ impl Worker {
     }
 }
 
+/// Runs `futures` at once on this task (each wake polls the ones not done yet: a
+/// group's few), their outputs in the order they finish.
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut running: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs = Vec::with_capacity(running.len());
+    std::future::poll_fn(|cx| {
+        let mut at = 0;
+        while at < running.len() {
+            if let Poll::Ready(output) = running[at].as_mut().poll(cx) {
+                outputs.push(output);
+                drop(running.swap_remove(at));
+            } else {
+                at += 1;
+            }
+        }
+        if running.is_empty() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outputs
+}
+
 /// `lines`, marked as retried.
 fn retried(mut lines: Vec<Pending>) -> Vec<Pending> {
     for pending in &mut lines {
@@ -283,5 +298,26 @@ fn failed(failure: &Failure) -> LineOutcome {
     LineOutcome::Failure {
         status: failure.status,
         message: failure.message.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn join_all_runs_every_future_at_once_and_gives_them_in_finishing_order() {
+        let started = tokio::time::Instant::now();
+        let nap = |ms: u64| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            ms
+        };
+        let outputs = join_all(vec![nap(30), nap(10), nap(20)]).await;
+        assert_eq!(outputs, vec![10, 20, 30]);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(30),
+            "at once, not one after another"
+        );
     }
 }
