@@ -11,7 +11,7 @@ use std::time::Instant;
 use tracing::{Instrument, Span};
 
 use super::error::ServeError;
-use super::infer::{find_model, infer};
+use super::infer::{find_model, infer, infer_many, Assembled};
 use crate::protocol::{clip, InferRequest, OutputOptions};
 use crate::serving::items::Answer;
 use crate::serving::{EdgeLabel, Model, Repository};
@@ -120,6 +120,37 @@ impl InferCall {
         let id = request.id.clone();
         let assembled = infer(&self.model, request).await?;
         self.span.record("items", assembled.items);
+        Ok(self.inferred(id, options, assembled))
+    }
+
+    /// Runs several requests at once, their items handed to the model's batcher together
+    /// (as one request's would be) and each answered apart, as [`InferCall::run`] answers
+    /// one: a client with requests ready in this process (the batch client's lines) has
+    /// them batched without merging them into one request and splitting its answer again.
+    pub async fn run_many(&self, requests: Vec<InferRequest>) -> Vec<Result<Inferred, ServeError>> {
+        let asked: Vec<(Option<String>, OutputOptions)> = requests
+            .iter()
+            .map(|request| (request.id.clone(), OutputOptions::from_request(request)))
+            .collect();
+        let results = infer_many(&self.model, requests).instrument(self.span.clone()).await;
+        let items: usize = results.iter().flatten().map(|assembled| assembled.items).sum();
+        self.span.record("items", items);
+        asked
+            .into_iter()
+            .zip(results)
+            .map(|((id, options), result)| match result {
+                Ok(assembled) => Ok(self.span.in_scope(|| self.inferred(id, options, assembled))),
+                Err(error) => {
+                    self.failed(error.status(), &error);
+                    Err(error)
+                }
+            })
+            .collect()
+    }
+
+    /// A request's answer with the requested outputs only, a failed item or every item's
+    /// outcome logged.
+    fn inferred(&self, id: Option<String>, options: OutputOptions, assembled: Assembled) -> Inferred {
         let model = self.model.config.name.as_str();
         let answer = match assembled.answer {
             Answer::Success(outputs) => Answer::Success(options.filter(outputs)),
@@ -150,20 +181,26 @@ impl InferCall {
                 )
             }
         };
-        Ok(Inferred {
+        Inferred {
             answer,
             id,
             options,
             output_bytes: assembled.output_bytes,
-        })
+        }
     }
 
     /// Counts the call in its model's statistics: answered with the protocol-neutral
     /// `status` (an HTTP status number), now.
     pub fn answered(self, status: u16) {
-        self.model
-            .stats
-            .record_request(self.edge, status, self.arrived.elapsed());
+        self.answered_each([status]);
+    }
+
+    /// Counts the requests of a [`InferCall::run_many`], one answered status each.
+    pub fn answered_each(self, statuses: impl IntoIterator<Item = u16>) {
+        let elapsed = self.arrived.elapsed();
+        for status in statuses {
+            self.model.stats.record_request(self.edge, status, elapsed);
+        }
     }
 }
 

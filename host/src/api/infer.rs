@@ -1,11 +1,16 @@
 //! One inference request, from decoded tensors to its answer: the model and version
 //! looked up, the requested outputs and the timeout checked, the request split into
-//! items, the items run through the model's batcher, and the outcomes assembled.
+//! items, the items run through the model's batcher, and the outcomes assembled. Or
+//! several requests at once, their items handed to the batcher together and each
+//! request's outcomes assembled apart (the batch client's in-process lines).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::ServeError;
+use crate::model::config::ModelConfig;
+use crate::model::outcome::ItemOutcome;
+use crate::model::tensor::Item;
 use crate::protocol::{clip, InferRequest};
 use crate::serving::items::{assemble, split_request, Answer, RequestError};
 use crate::serving::{Model, ModelStatus, Repository};
@@ -44,7 +49,54 @@ const OFFLOAD_ASSEMBLY_BYTES: usize = 256 * 1024;
 
 /// Runs `request` through `model`.
 pub(super) async fn infer(model: &Model, request: InferRequest) -> Result<Assembled, ServeError> {
+    let (items, timeout) = prepare(&model.config, request)?;
+    let count = items.len();
+    let outcomes = model.infer(items, timeout).await?;
+    assembled(&model.config, outcomes, count).await
+}
+
+/// Runs `requests` through `model` as one submission to its batcher (the shortest of
+/// their timeouts for all), each answered apart: a request that does not fit the model
+/// fails alone, a full queue fails them all.
+pub(super) async fn infer_many(model: &Model, requests: Vec<InferRequest>) -> Vec<Result<Assembled, ServeError>> {
     let config = &model.config;
+    let mut counts: Vec<Result<usize, ServeError>> = Vec::with_capacity(requests.len());
+    let mut items = Vec::new();
+    let mut timeout: Option<Duration> = None;
+    for request in requests {
+        counts.push(prepare(config, request).map(|(mut own, own_timeout)| {
+            timeout = Some(timeout.map_or(own_timeout, |t| t.min(own_timeout)));
+            let count = own.len();
+            items.append(&mut own);
+            count
+        }));
+    }
+    let Some(timeout) = timeout else {
+        // None fits the model: every one is its own error already.
+        return counts.into_iter().filter_map(Result::err).map(Err).collect();
+    };
+    let mut outcomes = match model.infer(items, timeout).await {
+        Ok(outcomes) => outcomes.into_iter(),
+        Err(error) => {
+            return counts
+                .into_iter()
+                .map(|count| count.and(Err(error.clone().into())))
+                .collect()
+        }
+    };
+    let mut answers = Vec::with_capacity(counts.len());
+    for count in counts {
+        answers.push(match count {
+            Ok(count) => assembled(config, outcomes.by_ref().take(count).collect(), count).await,
+            Err(error) => Err(error),
+        });
+    }
+    answers
+}
+
+/// A request checked against the model (its requested outputs) and split into items, with
+/// its timeout.
+fn prepare(config: &ModelConfig, request: InferRequest) -> Result<(Vec<Item>, Duration), ServeError> {
     if !config.outputs.is_empty() {
         if let Some(unknown) = request
             .outputs
@@ -63,9 +115,11 @@ pub(super) async fn infer(model: &Model, request: InferRequest) -> Result<Assemb
         .timeout_us()?
         .map(Duration::from_micros)
         .unwrap_or(config.limits.request_timeout);
-    let items = split_request(config, request.inputs)?;
-    let count = items.len();
-    let outcomes = model.infer(items, timeout).await?;
+    Ok((split_request(config, request.inputs)?, timeout))
+}
+
+/// The answer of a request of `items` items, from their outcomes.
+async fn assembled(config: &ModelConfig, outcomes: Vec<ItemOutcome>, items: usize) -> Result<Assembled, ServeError> {
     let output_bytes: usize = outcomes
         .iter()
         .filter_map(|o| o.as_ref().ok())
@@ -81,7 +135,7 @@ pub(super) async fn infer(model: &Model, request: InferRequest) -> Result<Assemb
     };
     Ok(Assembled {
         answer,
-        items: count,
+        items,
         output_bytes,
     })
 }

@@ -37,7 +37,7 @@ use super::progress::Counters;
 use super::random::new_inference_id;
 use super::retry::RetryPolicy;
 use super::stop::Stop;
-use super::transport::{Failure, Transport};
+use super::transport::{Failure, Reply, Transport};
 
 /// One of the `--workers` request loops.
 pub(crate) struct Worker {
@@ -90,7 +90,7 @@ impl Worker {
             };
             let pending: Vec<Pending> = group.into_iter().map(Pending::new).collect();
             let resolved = if self.transport.merges_lines() {
-                self.resolve(pending, None).await
+                self.resolve(pending, None, None).await
             } else {
                 self.resolve_each(pending).await
             };
@@ -107,24 +107,41 @@ impl Worker {
         }
     }
 
-    /// In-process: every line of `group` as its own request, all in flight at once, so
-    /// that the serving batcher stacks them as it stacks any concurrent requests (merged,
-    /// they would be split into items there and stacked again). They carry the group's
-    /// one id, as the merged request would have.
+    /// In-process: every line of `group` as its own request, handed over together, so
+    /// that the serving batcher stacks their items in one go (merged, they would be split
+    /// into items there and stacked again, and the answer split back). They carry the
+    /// group's one id, as the merged request would have. Each line is then resolved from
+    /// its own answer, retried alone if it has to be.
     async fn resolve_each(&self, group: Vec<Pending>) -> Vec<Resolved> {
         if group.len() == 1 {
-            return self.resolve(group, None).await;
+            return self.resolve(group, None, None).await;
         }
         let inference_id = new_inference_id();
+        let requests = group
+            .iter()
+            .map(|pending| {
+                let mut request = pending.line.request.clone();
+                request.id = Some(inference_id.clone());
+                request
+            })
+            .collect();
+        let replies = self.transport.infer_each(requests).await;
         let each = group
             .into_iter()
-            .map(|pending| self.resolve(vec![pending], Some(inference_id.clone())));
+            .zip(replies)
+            .map(|(pending, reply)| self.resolve(vec![pending], Some(inference_id.clone()), Some(reply)));
         join_all(each.collect()).await.into_iter().flatten().collect()
     }
 
     /// Sends `group` (merged) and resolves every line of it, in rounds. The first
-    /// request's id is `first_id` when given.
-    async fn resolve(&self, group: Vec<Pending>, mut first_id: Option<String>) -> Vec<Resolved> {
+    /// request's id is `first_id` when given; its answer is `first_reply` when the
+    /// request has been sent already.
+    async fn resolve(
+        &self,
+        group: Vec<Pending>,
+        mut first_id: Option<String>,
+        mut first_reply: Option<Result<Reply, Failure>>,
+    ) -> Vec<Resolved> {
         let mut done = Vec::with_capacity(group.len());
         let mut rounds: Vec<Vec<Pending>> = vec![group];
         while let Some(mut batch) = rounds.pop() {
@@ -135,12 +152,14 @@ impl Worker {
             for pending in &mut batch {
                 pending.attempts += 1;
             }
-            let request = {
-                let requests: Vec<_> = batch.iter().map(|p| &p.line.request).collect();
-                merge::merge(&requests, &inference_id)
-            };
             let counts: Vec<u64> = batch.iter().map(|p| p.line.items.max(1)).collect();
-            let reply = self.transport.infer(request).await;
+            let reply = match first_reply.take() {
+                Some(reply) => reply,
+                None => {
+                    let requests: Vec<_> = batch.iter().map(|p| &p.line.request).collect();
+                    self.transport.infer(merge::merge(&requests, &inference_id)).await
+                }
+            };
             let finish = |pending: Pending, outcome: LineOutcome| pending.resolved(outcome, inference_id.clone());
             let shares = match reply {
                 Err(failure) if failure.retryable => {

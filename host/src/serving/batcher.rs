@@ -54,7 +54,7 @@ impl QueuedItem {
 }
 
 /// Why items could not be queued.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SubmitError {
     #[error("the queue of model '{model}' is full ({capacity} items); retry later")]
     QueueFull { model: String, capacity: usize },

@@ -17,7 +17,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
 use super::{base_url, parse_headers, setup_backoff, Failure, ModelInfo, Reply, SetupError};
-use crate::batch::Options;
+use crate::batch::options::Options;
 use crate::protocol::client::Answer;
 use crate::protocol::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
 use crate::protocol::grpc::proto::{ModelInferResponse, ModelMetadataRequest};

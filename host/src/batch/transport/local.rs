@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Failure, ModelInfo, Reply, SetupError};
-use crate::api::{self, InferCall, ServeError};
-use crate::batch::Options;
+use crate::api::{self, InferCall, Inferred, ServeError};
+use crate::batch::options::Options;
 use crate::protocol::InferRequest;
 use crate::runtime::Runtime;
 use crate::serving::items::Answer;
@@ -79,22 +79,36 @@ impl Local {
             }
             Ok(Ok(inferred)) => inferred,
         };
-        let config = &call.model().config;
-        let (model_name, model_version) = (config.name.clone(), config.version.clone());
-        call.answered(inferred.status());
-        match inferred.answer {
-            Answer::Success(outputs) => Ok(Reply::Success {
-                model_name,
-                model_version,
-                outputs,
-            }),
-            Answer::Failure(error) => Err(Failure::answered(error.status, error.message, None)),
-            Answer::MultiStatus(results) => Ok(Reply::Items {
-                model_name,
-                model_version,
-                results,
-            }),
-        }
+        let status = inferred.status();
+        let reply = reply(&call, inferred);
+        call.answered(status);
+        reply
+    }
+
+    /// Runs `requests` at once, their items stacked by the model's batcher as one
+    /// request's are; each gets its own reply.
+    pub(crate) async fn infer_many(&self, requests: Vec<InferRequest>) -> Vec<Result<Reply, Failure>> {
+        let count = requests.len();
+        let call = match InferCall::start(&self.repository, &IN_PROCESS, &self.model, self.version.as_deref()) {
+            Ok(call) => call,
+            Err(error) => return vec![Err(refused(&error)); count],
+        };
+        let Ok(results) = tokio::time::timeout(self.timeout, call.run_many(requests)).await else {
+            return vec![Err(Failure::timed_out(self.timeout)); count];
+        };
+        let statuses: Vec<u16> = results
+            .iter()
+            .map(|result| result.as_ref().map_or_else(ServeError::status, Inferred::status))
+            .collect();
+        let replies = results
+            .into_iter()
+            .map(|result| match result {
+                Ok(inferred) => reply(&call, inferred),
+                Err(error) => Err(refused(&error)),
+            })
+            .collect();
+        call.answered_each(statuses);
+        replies
     }
 
     /// Stops the model: its queue empties and its instance threads exit.
@@ -103,6 +117,25 @@ impl Local {
         if !self.repository.drain(deadline).await {
             tracing::warn!("the model's instances did not stop within {} s", CLOSE_GRACE.as_secs());
         }
+    }
+}
+
+/// What the batch client reads of an answer.
+fn reply(call: &InferCall, inferred: Inferred) -> Result<Reply, Failure> {
+    let config = &call.model().config;
+    let (model_name, model_version) = (config.name.clone(), config.version.clone());
+    match inferred.answer {
+        Answer::Success(outputs) => Ok(Reply::Success {
+            model_name,
+            model_version,
+            outputs,
+        }),
+        Answer::Failure(error) => Err(Failure::answered(error.status, error.message, None)),
+        Answer::MultiStatus(results) => Ok(Reply::Items {
+            model_name,
+            model_version,
+            results,
+        }),
     }
 }
 

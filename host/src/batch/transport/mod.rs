@@ -149,8 +149,9 @@ impl Transport {
     }
 
     /// Whether a group of lines goes as one merged request: over a wire, where it saves
-    /// round trips. In-process each line is its own request, and the serving batcher
-    /// stacks them (a merged request would be split into items there and stacked again).
+    /// round trips. In-process the lines' requests are handed over as they are
+    /// ([`Transport::infer_each`]) and the serving batcher stacks their items (a merged
+    /// request would be split into items there and stacked again, its answer split back).
     pub(crate) fn merges_lines(&self) -> bool {
         !matches!(self, Transport::Local(_))
     }
@@ -161,6 +162,21 @@ impl Transport {
             Transport::Rest(t) => t.infer(request).await,
             Transport::Grpc(t) => t.infer(request).await,
             Transport::Local(t) => t.infer(request).await,
+        }
+    }
+
+    /// Sends the requests of lines that are not merged ([`Transport::merges_lines`]): in
+    /// process, at once, their items batched together; each gets its own answer.
+    pub(crate) async fn infer_each(&self, requests: Vec<InferRequest>) -> Vec<Result<Reply, Failure>> {
+        match self {
+            Transport::Local(t) => t.infer_many(requests).await,
+            Transport::Rest(_) | Transport::Grpc(_) => {
+                let mut replies = Vec::with_capacity(requests.len());
+                for request in requests {
+                    replies.push(self.infer(request).await);
+                }
+                replies
+            }
         }
     }
 
