@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (README "Tests"; .ci/run runs exactly this). Cheapest checks first, and
+# The test command (README "The two commands"; .ci/run runs exactly this). Cheapest checks first, and
 # any failure stops it with a non-zero status:
 #   1. `cargo fmt --check` on the root workspace and on the plugin workspace (examples/,
 #      whose members include the test plugins in tests/plugins/);

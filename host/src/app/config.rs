@@ -418,8 +418,8 @@ impl ConnectionArgs {
 
     /// The connection limits these flags ask for (the server may lower the cap to fit
     /// its descriptor limit).
-    pub fn limits(&self) -> crate::http::connections::Limits {
-        crate::http::connections::Limits {
+    pub fn limits(&self) -> crate::http::connections::ConnectionLimits {
+        crate::http::connections::ConnectionLimits {
             header_read_timeout: self.header_read_timeout(),
             body_read_timeout: self.body_read_timeout(),
             idle_timeout: self.idle_timeout(),

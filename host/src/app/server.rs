@@ -26,7 +26,7 @@ use crate::app::config::{GrpcPort, Metrics, ServeConfig};
 use crate::grpc::incoming::ConnectionBounds;
 use crate::grpc::metrics::GrpcMetrics;
 use crate::grpc::{self, GrpcState};
-use crate::http::connections::{self, ConnectionStats, Limits};
+use crate::http::connections::{self, ConnectionLimits, ConnectionStats};
 use crate::http::metrics::HttpMetrics;
 use crate::http::{router, AppState};
 use crate::runtime::Runtime;
@@ -59,7 +59,7 @@ pub async fn run_with_grpc(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     // First, so that model loads get the raised descriptor limit too.
-    let limits = Limits::establish(config.connections.limits());
+    let limits = ConnectionLimits::establish(config.connections.limits());
     let cache_dir = config.cache.resolved_dir();
     let runtime = Runtime::new(cache_dir.as_deref()).context("starting the wasm runtime")?;
     let metrics_on = config.metrics == Metrics::On;

@@ -121,7 +121,7 @@ impl Serialize for RequestedJson<'_> {
 
 /// An answer body, read.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Answer {
+pub enum ServerAnswer {
     /// 200: every output, as answered (a batching model's with their batch dimension).
     Success {
         model_name: String,
@@ -145,11 +145,11 @@ const QUOTED_BODY_BYTES: usize = 1024;
 
 /// Reads an answer with HTTP `status` and `body`; `json_header_len` is its
 /// `Inference-Header-Content-Length` header, if it has one.
-pub fn decode_answer(status: u16, body: &[u8], json_header_len: Option<usize>) -> Result<Answer, ProtocolError> {
+pub fn decode_answer(status: u16, body: &[u8], json_header_len: Option<usize>) -> Result<ServerAnswer, ProtocolError> {
     match status {
         200 => decode_success(body, json_header_len),
         207 => decode_multi_status(body),
-        _ => Ok(Answer::Error {
+        _ => Ok(ServerAnswer::Error {
             message: error_message(body),
         }),
     }
@@ -205,7 +205,7 @@ fn json_error(error: &serde_json::Error) -> ProtocolError {
     ProtocolError::json(error)
 }
 
-fn decode_success(body: &[u8], json_header_len: Option<usize>) -> Result<Answer, ProtocolError> {
+fn decode_success(body: &[u8], json_header_len: Option<usize>) -> Result<ServerAnswer, ProtocolError> {
     let (json, mut binary) = match json_header_len {
         None => (body, &[][..]),
         Some(n) => body.split_at_checked(n).ok_or(ProtocolError::HeaderLengthExceedsBody {
@@ -233,7 +233,7 @@ fn decode_success(body: &[u8], json_header_len: Option<usize>) -> Result<Answer,
     for output in answer.outputs {
         outputs.push(output_tensor(output, &mut binary, false)?);
     }
-    Ok(Answer::Success {
+    Ok(ServerAnswer::Success {
         model_name: answer.model_name,
         model_version: answer.model_version.unwrap_or_default(),
         id: answer.id,
@@ -241,7 +241,7 @@ fn decode_success(body: &[u8], json_header_len: Option<usize>) -> Result<Answer,
     })
 }
 
-fn decode_multi_status(body: &[u8]) -> Result<Answer, ProtocolError> {
+fn decode_multi_status(body: &[u8]) -> Result<ServerAnswer, ProtocolError> {
     let json = std::str::from_utf8(body).map_err(|e| ProtocolError::InvalidUtf8 {
         offset: e.valid_up_to(),
     })?;
@@ -258,7 +258,7 @@ fn decode_multi_status(body: &[u8]) -> Result<Answer, ProtocolError> {
             results.push(Err(ItemError::new(item.status, item.error.unwrap_or_default())));
         }
     }
-    Ok(Answer::MultiStatus {
+    Ok(ServerAnswer::MultiStatus {
         model_name: answer.model_name,
         model_version: answer.model_version.unwrap_or_default(),
         results,
@@ -398,7 +398,7 @@ mod tests {
             };
             let encoded = encode_response("m", "3", Some("id-1"), &outputs, &options);
             let answer = decode_answer(200, &encoded.body, encoded.json_header_len).unwrap();
-            let Answer::Success {
+            let ServerAnswer::Success {
                 model_name,
                 model_version,
                 id,
@@ -423,19 +423,19 @@ mod tests {
             Err(ItemError::new(422, "rejected")),
         ];
         let body = encode_multi_status("m", "3", None, &results);
-        let Answer::MultiStatus { results: decoded, .. } = decode_answer(207, &body, None).unwrap() else {
+        let ServerAnswer::MultiStatus { results: decoded, .. } = decode_answer(207, &body, None).unwrap() else {
             panic!("not a multi-status");
         };
         assert_eq!(decoded, results);
         assert_eq!(
             decode_answer(400, br#"{"error":"bad pixel"}"#, None).unwrap(),
-            Answer::Error {
+            ServerAnswer::Error {
                 message: "bad pixel".into()
             }
         );
         assert_eq!(
             decode_answer(502, b"<html>bad gateway</html>", None).unwrap(),
-            Answer::Error {
+            ServerAnswer::Error {
                 message: "<html>bad gateway</html>".into()
             }
         );

@@ -15,7 +15,7 @@ mod watch;
 
 pub use batcher::SubmitError;
 pub use instances::Completion;
-pub use model::{LoadError, Model};
+pub use model::{Model, StartError};
 pub use repository::{Entry, ModelState, ModelStatus, Repository, RepositoryError};
 pub use stats::{EdgeLabel, ModelStats, StatsSnapshot};
 pub use watch::{watch, RepositoryWatch};

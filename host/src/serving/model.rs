@@ -17,7 +17,7 @@ use crate::runtime::ModelShared;
 
 /// Why a model version could not be loaded and started.
 #[derive(Debug, thiserror::Error)]
-pub enum LoadError {
+pub enum StartError {
     #[error(transparent)]
     Load(#[from] crate::pipeline::LoadError),
     #[error("cannot start instance threads: {0}")]
@@ -39,7 +39,7 @@ impl Model {
     /// the current tokio runtime. The threads exit by themselves once the model is
     /// dropped and its queue is drained. `histograms`: whether to keep latency
     /// histograms (metrics on); `edges`: the edges whose requests are counted from the start.
-    pub fn start(loaded: LoadedModel, histograms: bool, edges: &[&'static EdgeLabel]) -> Result<Self, LoadError> {
+    pub fn start(loaded: LoadedModel, histograms: bool, edges: &[&'static EdgeLabel]) -> Result<Self, StartError> {
         let LoadedModel {
             config,
             instances,
@@ -59,7 +59,7 @@ impl Model {
         );
         let (batcher, link) = BatcherHandle::spawn(config.name.as_str().into(), policy, idle, jobs_tx, stats.clone());
         let completion =
-            spawn_workers(&config.name, instances, jobs_rx, link, stats.clone()).map_err(LoadError::Threads)?;
+            spawn_workers(&config.name, instances, jobs_rx, link, stats.clone()).map_err(StartError::Threads)?;
         Ok(Self {
             config,
             stats,

@@ -16,7 +16,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use super::model::{LoadError, Model};
+use super::model::{Model, StartError};
 use super::stats::EdgeLabel;
 use crate::model::config::{is_valid_model_name, MODEL_FILE};
 use crate::model::openmetrics::Escaped;
@@ -131,7 +131,7 @@ pub enum RepositoryError {
     Load {
         name: String,
         #[source]
-        source: Arc<LoadError>,
+        source: Arc<StartError>,
     },
 }
 
@@ -281,7 +281,7 @@ impl Repository {
         .unwrap_or_else(|e| Err(RuntimeError::Sandbox(format!("loading panicked: {e}")).into()));
         let histograms = self.histograms;
         let loaded = loaded
-            .map_err(LoadError::from)
+            .map_err(StartError::from)
             .and_then(|loaded| Model::start(loaded, histograms, &self.edges));
         let outcome = if loaded.is_ok() { "ready" } else { "failed" };
         self.loads

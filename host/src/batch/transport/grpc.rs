@@ -18,7 +18,7 @@ use tonic::Code;
 
 use super::{base_url, parse_headers, setup_backoff, Failure, ModelInfo, Reply, SetupError};
 use crate::batch::options::Options;
-use crate::protocol::client::Answer;
+use crate::protocol::client::ServerAnswer;
 use crate::protocol::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
 use crate::protocol::grpc::proto::{ModelInferResponse, ModelMetadataRequest};
 use crate::protocol::grpc::{answered_status, read_item_statuses, read_response, write_request};
@@ -158,7 +158,7 @@ fn reply(response: ModelInferResponse) -> Result<Reply, Failure> {
     let unreadable =
         |reason: String| Failure::no_answer(format!("the server's answer could not be read: {reason}"), false);
     let answer = read_response(response).map_err(|e| unreadable(e.to_string()))?;
-    let Answer::Success {
+    let ServerAnswer::Success {
         model_name,
         model_version,
         outputs,

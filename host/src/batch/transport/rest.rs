@@ -9,7 +9,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AF
 use super::{base_url, parse_headers, setup_backoff, Failure, ModelInfo, Reply, SetupError};
 use crate::batch::options::Options;
 use crate::batch::retry::parse_retry_after;
-use crate::protocol::client::{decode_answer, encode_request, Answer, BodyForm};
+use crate::protocol::client::{decode_answer, encode_request, BodyForm, ServerAnswer};
 use crate::protocol::InferRequest;
 
 /// The binary tensor data extension's header: the JSON part's length.
@@ -92,7 +92,7 @@ impl Rest {
             .and_then(|v| v.trim().parse().ok());
         let body = response.bytes().await.map_err(|e| self.failed(&e))?;
         match decode_answer(status, &body, json_header_len) {
-            Ok(Answer::Success {
+            Ok(ServerAnswer::Success {
                 model_name,
                 model_version,
                 outputs,
@@ -102,7 +102,7 @@ impl Rest {
                 model_version,
                 outputs,
             }),
-            Ok(Answer::MultiStatus {
+            Ok(ServerAnswer::MultiStatus {
                 model_name,
                 model_version,
                 results,
@@ -111,7 +111,7 @@ impl Rest {
                 model_version,
                 results,
             }),
-            Ok(Answer::Error { message }) => Err(Failure::answered(status, message, retry_after)),
+            Ok(ServerAnswer::Error { message }) => Err(Failure::answered(status, message, retry_after)),
             Err(error) => Err(Failure::no_answer(
                 format!("the server's answer (HTTP {status}) could not be read: {error}"),
                 false,
@@ -171,7 +171,7 @@ async fn metadata(client: &reqwest::Client, url: &reqwest::Url, options: &Option
                     return Ok(info(metadata, options));
                 }
                 let message = match decode_answer(status.as_u16(), &body, None) {
-                    Ok(Answer::Error { message }) => message,
+                    Ok(ServerAnswer::Error { message }) => message,
                     _ => String::new(),
                 };
                 if status.as_u16() != 503 || last {

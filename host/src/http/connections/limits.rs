@@ -9,7 +9,7 @@ pub const DESCRIPTOR_RESERVE: u64 = 128;
 
 /// The bounds every connection is held to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
+pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
     pub idle_timeout: Duration,
@@ -17,11 +17,11 @@ pub struct Limits {
     pub max_connections: usize,
 }
 
-impl Limits {
+impl ConnectionLimits {
     /// The `requested` limits, with the connection cap lowered to what the process's
     /// descriptor limit holds next to [`DESCRIPTOR_RESERVE`]. First raises the soft
     /// descriptor limit to the hard one (process-wide); logs the limits in force.
-    pub fn establish(requested: Limits) -> Self {
+    pub fn establish(requested: ConnectionLimits) -> Self {
         let descriptors = raise_descriptor_limit();
         let limits = Self {
             max_connections: connection_cap(requested.max_connections, descriptors),

@@ -11,7 +11,7 @@
 //!   unread (the server's writes blocked) for as long is dropped too;
 //! - **body read**: a request's whole body must arrive within the body read timeout of
 //!   the end of its headers; otherwise it is answered 408 and the connection closed;
-//! - **count**: at most [`Limits::max_connections`] connections are served at once, a cap
+//! - **count**: at most [`ConnectionLimits::max_connections`] connections are served at once, a cap
 //!   lowered at start so that [`DESCRIPTOR_RESERVE`] descriptors stay free for model
 //!   loads and reloads. A connection beyond the cap is answered 503 at once and closed;
 //!   refusals are counted (`GET /metrics`) and logged at most once per [`LOG_EVERY`].
@@ -31,7 +31,7 @@ mod request;
 mod stats;
 mod watchdog;
 
-pub use limits::{connection_cap, Limits, DESCRIPTOR_RESERVE};
+pub use limits::{connection_cap, ConnectionLimits, DESCRIPTOR_RESERVE};
 pub use stats::{ConnectionStats, LOG_EVERY};
 
 use std::future::Future;
@@ -65,13 +65,13 @@ const REFUSAL: &[u8] =
 
 /// Accepts connections on `listener` and serves each with `router` under `limits` until
 /// `shutdown` resolves; each connection holds one of `slots` (shared with the gRPC port,
-/// sized [`Limits::max_connections`]) while open; then stops accepting and returns once every connection has
+/// sized [`ConnectionLimits::max_connections`]) while open; then stops accepting and returns once every connection has
 /// finished its in-flight request and closed. Dropping the future drops every connection
 /// (and the requests in flight on them) at once.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    limits: Limits,
+    limits: ConnectionLimits,
     slots: Arc<Semaphore>,
     stats: Arc<ConnectionStats>,
     shutdown: impl Future<Output = ()>,
@@ -194,7 +194,7 @@ impl Drop for ConnectionSlot {
 /// One accepted connection.
 struct Connection {
     peer: SocketAddr,
-    limits: Limits,
+    limits: ConnectionLimits,
     stats: Arc<ConnectionStats>,
 }
 

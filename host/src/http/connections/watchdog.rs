@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::limits::Limits;
+use super::limits::ConnectionLimits;
 use super::stats::Timeout;
 
 /// Where a connection stands, as its watchdog needs to know: written by the connection's
@@ -48,7 +48,7 @@ impl Phase {
 
     /// The deadline in force and the timeout it enforces; `None` while a request is being
     /// handled (its body read has its own deadline) or when a deadline is out of range.
-    pub(super) fn deadline(&self, limits: &Limits) -> Option<(Instant, Timeout)> {
+    pub(super) fn deadline(&self, limits: &ConnectionLimits) -> Option<(Instant, Timeout)> {
         if let Some(since) = self.write_blocked_since {
             return Some((since.checked_add(limits.idle_timeout)?, Timeout::Write));
         }
@@ -124,7 +124,7 @@ impl Activity {
     /// least that far after the change, hence after the wake-up already due, which then
     /// re-arms the timer at the exact deadline. An idle connection costs one wake-up per
     /// shortest limit (10 s by default).
-    pub(super) async fn expiry(&self, limits: &Limits) -> Timeout {
+    pub(super) async fn expiry(&self, limits: &ConnectionLimits) -> Timeout {
         let recheck = limits.header_read_timeout.min(limits.idle_timeout).max(MIN_RECHECK);
         loop {
             let now = Instant::now();
@@ -207,8 +207,8 @@ mod tests {
 
     use super::*;
 
-    fn limits() -> Limits {
-        Limits {
+    fn limits() -> ConnectionLimits {
+        ConnectionLimits {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),

@@ -8,7 +8,7 @@
 //!   with [`write_response`] and [`write_metadata`].
 //! - A client writes a request with [`write_request`] (raw contents) or
 //!   [`write_typed_request`], reads a response with [`read_response`] (into the REST
-//!   client's [`Answer`](super::client::Answer)), and a failed call with
+//!   client's [`ServerAnswer`](super::client::ServerAnswer)), and a failed call with
 //!   [`answered_status`] and [`read_item_statuses`]; the server maps a status to its code
 //!   with [`code_for`], the one table of the two.
 //!

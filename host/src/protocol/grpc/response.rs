@@ -1,5 +1,5 @@
 //! `ModelInferResponse`: a server writes the outputs of a successful call; a client reads
-//! them back into a [`client::Answer`](crate::protocol::client::Answer).
+//! them back into a [`client::ServerAnswer`](crate::protocol::client::ServerAnswer).
 
 use std::collections::HashMap;
 
@@ -8,7 +8,7 @@ use super::error::MessageError;
 use super::proto::model_infer_response::InferOutputTensor;
 use super::proto::ModelInferResponse;
 use crate::model::tensor::{DataType, Tensor};
-use crate::protocol::client::Answer;
+use crate::protocol::client::ServerAnswer;
 use crate::protocol::error::render_str;
 use crate::protocol::parts::tensor_from_data;
 use crate::protocol::{InputData, ProtocolError};
@@ -43,7 +43,7 @@ pub fn write_response(
 
 /// A successful answer's outputs, as validated tensors: from `raw_output_contents`, or
 /// from typed `contents` (as other servers may answer).
-pub fn read_response(response: ModelInferResponse) -> Result<Answer, MessageError> {
+pub fn read_response(response: ModelInferResponse) -> Result<ServerAnswer, MessageError> {
     let ModelInferResponse {
         model_name,
         model_version,
@@ -63,7 +63,7 @@ pub fn read_response(response: ModelInferResponse) -> Result<Answer, MessageErro
         .into_iter()
         .map(|output| read_output(output, raw.next()))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Answer::Success {
+    Ok(ServerAnswer::Success {
         model_name,
         model_version,
         id: (!id.is_empty()).then_some(id),
@@ -140,7 +140,7 @@ mod tests {
         assert_eq!(message.outputs[0].shape, [2, 1]);
         assert_eq!(
             read_response(message).unwrap(),
-            Answer::Success {
+            ServerAnswer::Success {
                 model_name: "m".into(),
                 model_version: "3".into(),
                 id: Some("i".into()),
