@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::common::python::{python, run_bounded, shown};
 use crate::common::{self, TestServer};
 
-/// The per-model cap on what plugin metrics add to the page (README, limits table).
+/// The per-model cap on what plugin metrics add to the page (docs/limits.md).
 const BYTES_PER_MODEL: usize = 1 << 20;
 
 /// A repository holding the digits example and two copies of the faulty plugin.

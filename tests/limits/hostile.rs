@@ -18,7 +18,7 @@ fn examples() -> PathBuf {
 
 const MIB: u64 = 1024 * 1024;
 
-/// The README's bound on what one request may hold while it decodes: its body, its
+/// The bound (docs/limits.md) on what one request may hold while it decodes: its body, its
 /// decoded tensors (at most four bytes per byte of JSON) and a bounded amount per
 /// input — asserted here as 6 × the body plus a fixed allowance for the allocator and
 /// the response.

@@ -1,7 +1,7 @@
 //! `model.toml`: one model folder's configuration, parsed strictly and validated once.
 //!
 //! Unknown keys are errors (a typo must not silently fall back to a default), and every
-//! error names the file and the key. See the README for the documented format.
+//! error names the file and the key. docs/models.md documents the format.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

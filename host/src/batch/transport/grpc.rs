@@ -5,7 +5,7 @@
 //! for other servers).
 //!
 //! gRPC has no 207: a request whose items partly failed answers a non-OK status with
-//! every item's status in the `tensorplug-item-status` trailer (see the README's "Partial
+//! every item's status in the `tensorplug-item-status` trailer (see docs/api.md, "Partial
 //! failure over gRPC"), and without the successful items' outputs. That becomes a
 //! [`Reply::Statuses`]: each line gets its own outcome, and the lines whose items all
 //! succeeded are sent again (see the worker).
