@@ -11,6 +11,7 @@ mod check;
 mod conformance;
 mod deadlines;
 mod digits;
+mod failures;
 mod fairness;
 mod faults;
 mod grpc;
