@@ -8,6 +8,7 @@ mod common;
 mod batch;
 mod batching;
 mod check;
+mod compile;
 mod conformance;
 mod deadlines;
 mod digits;
