@@ -61,12 +61,8 @@ async fn a_compile_past_its_limit_fails_that_load_naming_the_key() {
     let (status, body) = server.post_faulty(&[1.0]).await;
     assert!(status >= 400, "{status}: {body}");
     let index = common::index(&server).await;
-    let entry = index
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|row| row["name"] == "faulty")
-        .unwrap();
+    let rows = index.as_array().unwrap();
+    let entry = rows.iter().find(|row| row["name"] == "faulty").unwrap();
     assert_eq!(entry["state"], "UNAVAILABLE", "{entry}");
     let reason = entry["reason"].as_str().unwrap();
     assert!(
