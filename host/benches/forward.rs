@@ -56,6 +56,7 @@ fn forward_pass(c: &mut Criterion) {
         max_handles: 128,
         call_timeout: Duration::from_secs(10),
         init_timeout: Duration::from_secs(10),
+        compile_timeout: Duration::from_secs(300),
     };
     let template: Arc<StageTemplate> = StageTemplate::load(
         &runtime,

@@ -75,6 +75,8 @@ pub struct Limits {
     pub stage_timeout: Duration,
     /// Time limit of instantiating one stage instance and running its `init`.
     pub init_timeout: Duration,
+    /// Time limit of compiling one stage (off the serving path, at load).
+    pub compile_timeout: Duration,
     /// Default time a request may take end to end (a request's `timeout` overrides it).
     pub request_timeout: Duration,
     /// Pipeline instances, each on its own thread.
@@ -173,6 +175,7 @@ struct RawLimits {
     memory_mib: Option<u64>,
     timeout_ms: Option<u64>,
     init_timeout_ms: Option<u64>,
+    compile_timeout_ms: Option<u64>,
     table_elements: Option<usize>,
     max_handles: Option<usize>,
     request_timeout_ms: Option<u64>,
@@ -201,6 +204,11 @@ const DEFAULT_MAX_HANDLES: usize = 128;
 /// Long enough to read weights from the model folder; short enough that a plugin whose
 /// `init` hangs fails its load instead of holding it up.
 const DEFAULT_INIT_TIMEOUT_MS: u64 = 10_000;
+/// An 18 MB Python component compiled in 10 s on an idle 2-core machine and 45 s on a
+/// busy one: 300 s leaves room for that, and for two at once.
+const DEFAULT_COMPILE_TIMEOUT_MS: u64 = 300_000;
+/// An hour: past that a load is stuck, whatever the component.
+const MAX_COMPILE_TIMEOUT_MS: u64 = 3_600_000;
 const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// Largest `model.toml` read: a real one is a few KiB.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -306,6 +314,14 @@ impl ModelConfig {
                 raw.limits.init_timeout_ms,
                 DEFAULT_INIT_TIMEOUT_MS,
             )?,
+            compile_timeout: match raw.limits.compile_timeout_ms.unwrap_or(DEFAULT_COMPILE_TIMEOUT_MS) {
+                ms @ 1..=MAX_COMPILE_TIMEOUT_MS => Duration::from_millis(ms),
+                ms => {
+                    return Err(format!(
+                        "key `limits.compile_timeout_ms`: {ms} is outside 1..={MAX_COMPILE_TIMEOUT_MS}"
+                    ))
+                }
+            },
             request_timeout: positive_ms(
                 "limits.request_timeout_ms",
                 raw.limits.request_timeout_ms,
@@ -613,6 +629,22 @@ mode = "fast"
         ] {
             let err = ModelConfig::parse(Path::new("/m/digits"), &with(bad)).unwrap_err();
             assert!(err.contains(key) && err.contains("outside"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_compile_timeout_has_a_default_and_bounds() {
+        let c = ModelConfig::parse(Path::new("/m/digits"), DIGITS).unwrap();
+        assert_eq!(c.limits.compile_timeout, Duration::from_secs(300));
+        let with = |limits: &str| format!("{DIGITS}\n[limits]\n{limits}\n");
+        let c = ModelConfig::parse(Path::new("/m/digits"), &with("compile_timeout_ms = 1")).unwrap();
+        assert_eq!(c.limits.compile_timeout, Duration::from_millis(1));
+        for bad in ["compile_timeout_ms = 0", "compile_timeout_ms = 3600001"] {
+            let err = ModelConfig::parse(Path::new("/m/digits"), &with(bad)).unwrap_err();
+            assert!(
+                err.contains("limits.compile_timeout_ms") && err.contains("outside"),
+                "{bad}: {err}"
+            );
         }
     }
 

@@ -11,10 +11,16 @@
 //! - before every call (the first, each half, each one-by-one re-run) items nobody waits
 //!   for any more — their client left, or their request's deadline passed — are dropped
 //!   and answered 504 without a plugin call;
-//! - a batch-level error (predict failing the whole call) is only given to every item
-//!   when they all belong to one request; a call mixing requests is split in halves like
-//!   a trap, so the error lands on the items of the request that causes it (at most
-//!   `2·r·⌈log2 n⌉` extra calls for `r` such requests among `n` items).
+//! - a batch-level error (predict failing the whole call) is bisected like a trap, but for
+//!   the instance, which is kept (the plugin answered; its store is sound), unless it is a
+//!   deliberate refusal of one request: a 4xx whole-call error of a call whose items all
+//!   belong to one request is given to every item. A 5xx one is what an uncaught exception
+//!   becomes (JavaScript's `throw` in predict is `err(item-error)`), so it is isolated
+//!   whatever the requests: the items that succeed alone get their answers and each
+//!   culprit gets the error of its own call. A call mixing requests is split on any
+//!   whole-call error, so the error lands on the items that cause it. The bound is the
+//!   trap's: at most `2·k·⌈log2 n⌉` extra calls for `k` culprits among `n` items; a
+//!   plugin that fails every call pays `2·n − 2` extra calls before every item fails.
 //!
 //! When the audience takes them ([`Audience::takes_reruns`]; the server's does), the
 //! parts to re-run after a failed call are handed back ([`Deferred`]) instead of being run
@@ -84,7 +90,8 @@ pub(crate) enum CallFailure {
     Trapped(Trapped),
     /// The plugin answered, but broke the contract: bisect without replacing.
     Violation(String),
-    /// Every item of the call gets this answer (e.g. predict failed the whole batch).
+    /// Predict failed the whole call: every item gets this answer when it is one request's
+    /// 4xx, otherwise the items are bisected without replacing the instance.
     All(ItemError),
 }
 
@@ -140,8 +147,11 @@ fn run_wanted<S: Stage>(
         .iter()
         .all(|(i, _)| audience.request(*i) == audience.request(items[0].0));
     let error = match failure {
-        CallFailure::All(error) if one_request || items.len() == 1 => return answer_all(items, &error),
-        // Another request's item may be the cause: find it before failing anyone.
+        CallFailure::All(error) if items.len() == 1 || (one_request && is_refusal(&error)) => {
+            return answer_all(items, &error)
+        }
+        // An exception, or another request's item may be the cause: find it before failing
+        // anyone.
         CallFailure::All(error) => error,
         CallFailure::Trapped(trapped) => {
             stage.replace(&trapped);
@@ -170,6 +180,12 @@ fn run_wanted<S: Stage>(
         .into_iter()
         .flat_map(|part| run_bisected(stage, part, audience, call, deferred))
         .collect()
+}
+
+/// Whether a whole-call error is the plugin's deliberate verdict on its input (4xx), which
+/// bisecting would only repeat, rather than its own failure (5xx: an exception, a bug).
+fn is_refusal(error: &ItemError) -> bool {
+    error.status < 500
 }
 
 fn answer_all(items: Vec<Indexed>, error: &ItemError) -> Vec<(usize, ItemOutcome)> {
@@ -440,6 +456,48 @@ mod tests {
         check_outcomes(&outcomes, 32, &failed, 422);
         assert_eq!(stage.replacements, 0, "a plugin's error is no trap");
         assert!(calls.get() - 1 <= 2 * ceil_log2(32), "{} extra calls", calls.get() - 1);
+    }
+
+    fn exception() -> CallFailure {
+        CallFailure::All(ItemError::new(500, "uncaught exception"))
+    }
+
+    #[test]
+    fn a_5xx_whole_call_error_is_isolated_within_one_request_at_the_traps_cost() {
+        for (n, culprits) in [(32, vec![13]), (7, vec![0, 6]), (16, vec![3, 4, 5])] {
+            let culprits: HashSet<usize> = culprits.into_iter().collect();
+            let calls_for = |failure: fn() -> CallFailure| {
+                let calls = Cell::new(0);
+                let mut stage = FakeStage::default();
+                let failing = call_failing_on(&culprits, &calls, failure);
+                let outcomes = run_all(&mut stage, items(n), &requests(n), &failing);
+                check_outcomes(&outcomes, n, &culprits, 500);
+                (calls.get(), stage.replacements)
+            };
+            let (thrown, kept) = calls_for(exception);
+            let (trapped, _) = calls_for(trap);
+            assert_eq!(kept, 0, "an error keeps the instance");
+            assert!(
+                thrown <= trapped,
+                "n={n}: {thrown} calls for an error, {trapped} for a trap"
+            );
+        }
+    }
+
+    #[test]
+    fn a_plugin_that_fails_every_call_fails_every_item_after_bisecting() {
+        let culprits: HashSet<usize> = (0..8).collect();
+        let calls = Cell::new(0);
+        let mut stage = FakeStage::default();
+        let outcomes = run_all(
+            &mut stage,
+            items(8),
+            &requests(8),
+            &call_failing_on(&culprits, &calls, exception),
+        );
+        check_outcomes(&outcomes, 8, &culprits, 500);
+        // Every node of the halving tree: the documented cost, 2·n − 1 calls in all.
+        assert_eq!(calls.get(), 2 * 8 - 1);
     }
 
     #[test]

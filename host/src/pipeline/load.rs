@@ -45,6 +45,7 @@ impl LoadedModel {
             max_handles: config.limits.max_handles,
             call_timeout: config.limits.stage_timeout,
             init_timeout: config.limits.init_timeout,
+            compile_timeout: config.limits.compile_timeout,
         };
         let (model, version): (Arc<str>, Arc<str>) = (config.name.as_str().into(), config.version.as_str().into());
         // Graphs first: parsed, optimised and planned once for every instance.
@@ -73,6 +74,12 @@ impl LoadedModel {
             };
             *slot = Some(stage);
         }
+        let compiles = [&preprocess, &predict, &postprocess]
+            .into_iter()
+            .flatten()
+            .map(|stage: &Arc<StageTemplate>| (stage.kind().name(), stage.compiled()))
+            .collect();
+        let _ = shared.compiles.set(compiles);
         let template = Arc::new(PipelineTemplate {
             preprocess,
             predict: predict.ok_or_else(|| ConfigError {

@@ -12,6 +12,10 @@
 //!   at most `2·k·⌈log2 n⌉` extra calls, and nothing when no call fails. A time limit
 //!   is the exception: halving would pay a full deadline per level, so the items are
 //!   re-run one by one instead (`n` short calls, plus one more deadline per slow item).
+//! - **Whole-call errors are isolated too.** When predict fails a whole call of several
+//!   items with a 5xx (an uncaught exception becomes one) or on items of several
+//!   requests, the items are bisected as after a trap, keeping the instance; only a 4xx
+//!   refusal of a call holding one request's items is given to all of them.
 //! - **Contract checks.** Result counts, batch sizes, output names, datatypes and shapes,
 //!   and failure indices are all checked; violations are answered as 500 naming the
 //!   stage and the violation.

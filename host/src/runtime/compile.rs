@@ -6,9 +6,13 @@
 //! goes through wasmtime's on-disk cache when the runtime has one (see [`super::Runtime`]).
 //!
 //! A plugin file larger than [`MAX_PLUGIN_BYTES`] is refused unread, and a compile that
-//! runs past [`COMPILE_TIMEOUT`] fails its load with that reason (the compile, which
-//! cannot be interrupted, finishes on its own thread and is thrown away), so that a
-//! pathological module cannot stall a load for long.
+//! runs past the model's `limits.compile_timeout_ms` fails its load with that reason (the
+//! compile, which cannot be interrupted, finishes on its own thread and is thrown away),
+//! so that a pathological module cannot stall a load for long. Compiles happen at load
+//! only, never on the serving path; each reports how long it took and whether the cache
+//! served it ([`CompileReport`]).
+
+use std::time::{Duration, Instant};
 
 use wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER;
 use wasmtime::component::Component;
@@ -46,8 +50,15 @@ pub fn componentize(module: &[u8]) -> Result<Vec<u8>, String> {
 /// Largest plugin file accepted.
 pub const MAX_PLUGIN_BYTES: u64 = 64 << 20;
 
-/// Longest a plugin's compile may take (a 100 KB plugin compiles in well under a second).
-pub const COMPILE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How one stage's compile went.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CompileReport {
+    /// From the file's bytes to a runnable component (wrapping a core module included).
+    pub took: Duration,
+    /// Whether the on-disk cache served it; `None` when other compiles ran at the same
+    /// time and the cache's counters cannot tell whose lookup hit.
+    pub cached: Option<bool>,
+}
 
 /// Reads a plugin file: a regular file of at most [`MAX_PLUGIN_BYTES`] (a larger one is
 /// refused unread, a FIFO or device without blocking).
@@ -56,13 +67,16 @@ pub fn read_plugin(file: &std::path::Path) -> Result<Vec<u8>, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Compiles a component or a wasip1 core module; the error says what is wrong with it.
-pub fn compile(runtime: &Runtime, bytes: Vec<u8>) -> Result<Component, String> {
+/// Compiles a component or a wasip1 core module, within `timeout` (the model's
+/// `limits.compile_timeout_ms`); the error says what is wrong with it.
+pub fn compile(runtime: &Runtime, bytes: Vec<u8>, timeout: Duration) -> Result<(Component, CompileReport), String> {
+    let started = Instant::now();
     let bytes = match classify(&bytes)? {
         Binary::Component => bytes,
         Binary::CoreModule => componentize(&bytes)?,
     };
     let engine = runtime.engine().clone();
+    let lookups = runtime.cache_lookups();
     let (done, compiled) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("tensorplug-compile".into())
@@ -70,12 +84,32 @@ pub fn compile(runtime: &Runtime, bytes: Vec<u8>) -> Result<Component, String> {
             let _ = done.send(Component::new(&engine, &bytes).map_err(|e| format!("cannot compile: {e:#}")));
         })
         .map_err(|e| format!("cannot start compiling: {e}"))?;
-    match compiled.recv_timeout(COMPILE_TIMEOUT) {
-        Ok(result) => result,
+    let remaining = timeout.saturating_sub(started.elapsed());
+    match compiled.recv_timeout(remaining) {
+        Ok(result) => {
+            let cached = served_by_cache(lookups, runtime.cache_lookups());
+            result.map(|component| {
+                let took = started.elapsed();
+                (component, CompileReport { took, cached })
+            })
+        }
         Err(_) => Err(format!(
-            "compiling took longer than {} s; refused",
-            COMPILE_TIMEOUT.as_secs()
+            "compiling took longer than {} ms (limits.compile_timeout_ms); refused",
+            timeout.as_millis()
         )),
+    }
+}
+
+/// Whether the cache served a compile, from its (hits, misses) before and after: with no
+/// cache it did not; when both moved, other compiles ran meanwhile and it cannot tell.
+fn served_by_cache(before: Option<(usize, usize)>, after: Option<(usize, usize)>) -> Option<bool> {
+    let (Some((hits, misses)), Some((hits_after, misses_after))) = (before, after) else {
+        return Some(false);
+    };
+    match (hits_after > hits, misses_after > misses) {
+        (true, false) => Some(true),
+        (false, true) => Some(false),
+        _ => None,
     }
 }
 
@@ -89,6 +123,14 @@ mod tests {
         assert_eq!(classify(b"\0asm\x0d\0\x01\0rest"), Ok(Binary::Component));
         assert!(classify(b"MZ\x90\0").unwrap_err().contains("not a WebAssembly file"));
         assert!(classify(b"\0asm").is_err());
+    }
+
+    #[test]
+    fn the_cache_counters_tell_a_hit_when_only_they_moved() {
+        assert_eq!(served_by_cache(None, None), Some(false));
+        assert_eq!(served_by_cache(Some((3, 1)), Some((4, 1))), Some(true));
+        assert_eq!(served_by_cache(Some((3, 1)), Some((3, 2))), Some(false));
+        assert_eq!(served_by_cache(Some((3, 1)), Some((4, 2))), None);
     }
 
     #[test]

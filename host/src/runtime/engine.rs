@@ -27,6 +27,8 @@ pub struct Runtime {
     engine: Engine,
     linker: Arc<Linker<StoreState>>,
     _ticker: Arc<Ticker>,
+    /// The engine's compile cache, kept for its hit and miss counters.
+    cache: Option<Cache>,
     /// What every model's plugin metrics may put on `/metrics`, shared by the models.
     plugin_page: Arc<PluginPage>,
 }
@@ -38,11 +40,13 @@ impl Runtime {
     /// stage costs milliseconds instead of a recompile.
     pub fn new(cache_dir: Option<&Path>) -> Result<Self, RuntimeError> {
         let mut config = Config::new();
+        let mut compile_cache = None;
         if let Some(dir) = cache_dir {
             let mut cache_config = CacheConfig::new();
             cache_config.with_directory(dir);
             let cache = Cache::new(cache_config)
                 .map_err(|e| RuntimeError::Engine(format!("compile cache in {}: {e:#}", dir.display())))?;
+            compile_cache = Some(cache.clone());
             config.cache(Some(cache));
         }
         config
@@ -74,8 +78,16 @@ impl Runtime {
             engine,
             linker: Arc::new(linker),
             _ticker: Arc::new(ticker),
+            cache: compile_cache,
             plugin_page: Arc::default(),
         })
+    }
+
+    /// The compile cache's (hits, misses) so far, if there is a cache.
+    pub(super) fn cache_lookups(&self) -> Option<(usize, usize)> {
+        self.cache
+            .as_ref()
+            .map(|cache| (cache.cache_hits(), cache.cache_misses()))
     }
 
     /// The plugin metrics of a new version `version` of `model`, on the server's page.

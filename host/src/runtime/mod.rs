@@ -16,6 +16,7 @@ mod stage;
 mod store;
 mod wasi_files;
 
+pub use compile::CompileReport;
 pub use engine::{Runtime, EPOCH_TICK};
 pub use shared::ModelShared;
 pub use stage::{Prediction, StageInstance, StageTemplate, Trapped};

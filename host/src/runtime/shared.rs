@@ -1,11 +1,13 @@
 //! What the instances of one model version share through the host: the metrics and the
-//! metadata their plugins declare, and the `wasi:nn` graphs of its `[graphs]`. Made afresh for every version, so a reload starts
+//! metadata their plugins declare, and the `wasi:nn` graphs of its `[graphs]`; and how its
+//! stages compiled. Made afresh for every version, so a reload starts
 //! them anew and an unload takes them away.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
+use super::compile::CompileReport;
 use super::nn::ModelGraphs;
 use super::plugin_metrics::PluginMetrics;
 
@@ -29,6 +31,8 @@ pub struct ModelShared {
     metadata_changes_ignored: AtomicU64,
     /// Parsed, optimised and runnable once per version; every instance runs them.
     pub graphs: ModelGraphs,
+    /// Each stage's compile, by stage name in pipeline order; set once they all compiled.
+    pub compiles: OnceLock<Vec<(&'static str, CompileReport)>>,
 }
 
 /// A later `init` declared other metadata than the first one of its stage: what differs.

@@ -15,6 +15,7 @@ use super::bindings::postprocessor::{Postprocessor, PostprocessorPre};
 use super::bindings::predictor::{Predictor, PredictorPre};
 use super::bindings::preprocessor::{Preprocessor, PreprocessorPre};
 use super::bindings::types as wit;
+use super::compile::CompileReport;
 use super::convert::{from_wit, from_wit_error, to_wit};
 use super::deadline::{self, DeadlinePassed};
 use super::store::{new_store, SandboxLimits, StageTag, StoreState};
@@ -84,6 +85,7 @@ pub struct StageTemplate {
     tag: StageTag,
     limits: SandboxLimits,
     parameters: Vec<wit::Parameter>,
+    compiled: CompileReport,
 }
 
 impl StageTemplate {
@@ -102,7 +104,8 @@ impl StageTemplate {
             reason,
         };
         let bytes = super::compile::read_plugin(file).map_err(load_error)?;
-        let component = super::compile::compile(runtime, bytes).map_err(load_error)?;
+        let (component, compiled) =
+            super::compile::compile(runtime, bytes, limits.compile_timeout).map_err(load_error)?;
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(|e| {
             load_error(format!(
                 "cannot link (imports something the sandbox does not offer?): {e:#}"
@@ -131,11 +134,17 @@ impl StageTemplate {
             tag,
             limits,
             parameters,
+            compiled,
         }))
     }
 
     pub fn kind(&self) -> StageKind {
         self.kind
+    }
+
+    /// How its compile went.
+    pub fn compiled(&self) -> CompileReport {
+        self.compiled
     }
 
     /// A fresh instance, initialised with the model's parameters; instantiation and

@@ -51,6 +51,8 @@ pub struct SandboxLimits {
     pub call_timeout: std::time::Duration,
     /// How long instantiating and `init` may take together.
     pub init_timeout: std::time::Duration,
+    /// How long compiling the stage may take (at load, not a store's limit).
+    pub compile_timeout: std::time::Duration,
 }
 
 /// Core instances, tables and memories one component may create: a plugin needs a

@@ -231,6 +231,19 @@ impl Collector for ModelsCollector {
         }
 
         let mut metric = encoder.encode_descriptor(
+            "tensorplug_model_compile_seconds",
+            "How long compiling each stage of the version took at its load (a compile cache hit included; see the load log's `cached`)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for ((_, model), (labels, _)) in models.iter().zip(&snapshots) {
+            for (stage, compiled) in model.shared.compiles.get().into_iter().flatten() {
+                let extra = [("stage", Escaped(*stage))];
+                ConstGauge::new(compiled.took.as_secs_f64()).encode(metric.encode_family(&(*labels, extra))?)?;
+            }
+        }
+
+        let mut metric = encoder.encode_descriptor(
             "tensorplug_metadata_changes_ignored",
             "Inits that declared other metadata than their stage's first init of this version (ignored: metadata is fixed per version)",
             None,

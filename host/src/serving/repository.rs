@@ -21,7 +21,7 @@ use super::stats::EdgeLabel;
 use crate::model::config::{is_valid_model_name, MODEL_FILE};
 use crate::model::openmetrics::Escaped;
 use crate::pipeline::LoadedModel;
-use crate::runtime::{Runtime, RuntimeError};
+use crate::runtime::{ModelShared, Runtime, RuntimeError};
 
 /// A model's state as the repository index reports it (Triton's words).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -298,6 +298,7 @@ impl Repository {
                     version = %model.config.version,
                     instances = model.config.limits.instances,
                     elapsed_ms = started.elapsed().as_millis() as u64,
+                    compiled = %compile_summary(&model.shared),
                     "model ready"
                 );
                 let model = Arc::new(model);
@@ -481,6 +482,20 @@ async fn futures_join_all(completions: Vec<super::instances::Completion>) {
     for completion in completions {
         completion.wait().await;
     }
+}
+
+/// Each stage's compile time and whether the compile cache served it, as
+/// `predict 0.612 s (cached: false), ...` (`cached: unknown` when other compiles ran at
+/// the same time).
+fn compile_summary(shared: &ModelShared) -> String {
+    let stages = shared.compiles.get().map(Vec::as_slice).unwrap_or_default();
+    let each = stages.iter().map(|(stage, compiled)| {
+        let cached = compiled
+            .cached
+            .map_or("unknown", |hit| if hit { "true" } else { "false" });
+        format!("{stage} {:.3} s (cached: {cached})", compiled.took.as_secs_f64())
+    });
+    each.collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@
 //! | -30..-39 | plugin metrics written to forge, break or bloat `/metrics` (see `metric_faults`) |
 //! | -60 | opens and reads `fifo` in its model folder; an error becomes the item's 422 |
 //! | -61 | the same through `fifo-link` (a symlink to it) |
+//! | -70 | predict fails the whole batch with 500 "faulty: uncaught exception" (what a JavaScript `throw` becomes) |
 //! | -40 | runs the graph `heavy` once on `x`: FP32 [256, 1024] of ones (long but legal compute) |
 //! | -41 | runs the graph `wide` once on `x`: FP32 [1024, 1] of ones; its refusal is the item's 422 |
 //!
@@ -138,6 +139,9 @@ impl Predictor for Faulty {
                 Some(14) => flood = true,
                 Some(15) => return Err(ItemError::bad_request("faulty: batch rejected")),
                 _ => {}
+            }
+            if code_in(v, 70..=79) == Some(70) {
+                return Err(ItemError::new(500, "faulty: uncaught exception"));
             }
             y.push(scale * v);
         }
