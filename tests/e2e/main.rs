@@ -15,6 +15,7 @@ mod fairness;
 mod faults;
 mod grpc;
 mod grpc_edge;
+mod languages;
 mod logs;
 mod metadata;
 mod metrics;
