@@ -58,3 +58,8 @@ gen="$(bindings c predictor)"
 clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/digits-c-predict.wasm" \
     examples/digits-c/predict.c "$gen/predictor.c" "$gen/predictor_component_type.o" -lm
 copy "$work/digits-c-predict.wasm" examples/models/digits-c/predict.wasm
+
+gen="$(bindings cpp predictor)"
+clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "$work/digits-cpp-predict.wasm" \
+    examples/digits-cpp/predict.cpp "$gen/predictor.cpp" "$gen/predictor_component_type.o"
+copy "$work/digits-cpp-predict.wasm" examples/models/digits-cpp/predict.wasm

@@ -4,8 +4,8 @@
 #   examples/digits/{preprocess,predict,postprocess} -> examples/models/digits/*.wasm
 #   examples/digits-onnx/predict (+ digits' pre/postprocess) -> examples/models/digits-onnx/*.wasm
 #     and the same three                     -> examples/models/digits-cnn/*.wasm
-#   digits' pre/postprocess                  -> examples/models/digits-c/*.wasm
-#     (whose predict, in C, scripts/build-c-plugins.sh builds, called last)
+#   digits' pre/postprocess                  -> examples/models/digits-c{,pp}/*.wasm
+#     (whose predict, in C and C++, scripts/build-c-plugins.sh builds, called last)
 #   tests/plugins/faulty                             -> tests/models/faulty/predict.wasm
 #   tests/plugins/faulty, as a wasm32-wasip1 core module -> tests/models/faulty-p1/predict.wasm
 #   tests/plugins/faulty-pre + tests/plugins/faulty  -> tests/models/faulty-pipeline/
@@ -60,6 +60,8 @@ copy digits_preprocess.wasm examples/models/digits-cnn/preprocess.wasm
 copy digits_postprocess.wasm examples/models/digits-cnn/postprocess.wasm
 copy digits_preprocess.wasm examples/models/digits-c/preprocess.wasm
 copy digits_postprocess.wasm examples/models/digits-c/postprocess.wasm
+copy digits_preprocess.wasm examples/models/digits-cpp/preprocess.wasm
+copy digits_postprocess.wasm examples/models/digits-cpp/postprocess.wasm
 copy faulty.wasm tests/models/faulty/predict.wasm
 copy faulty.wasm tests/models/faulty-pipeline/predict.wasm
 copy faulty_pre.wasm tests/models/faulty-pipeline/preprocess.wasm

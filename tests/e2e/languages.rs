@@ -1,15 +1,13 @@
-//! Plugins written in languages other than Rust, served end to end: the digits model
-//! whose predict stage is C (examples/digits-c, a wasip1 reactor module the host makes
-//! a component at load) against scikit-learn's answers, and an item the C plugin itself
-//! rejects failing alone.
+//! Plugins written in languages other than Rust, served end to end: the digits models
+//! whose predict stage is C (examples/digits-c) or C++ (examples/digits-cpp), wasip1
+//! reactor modules the host makes components at load, against scikit-learn's answers,
+//! and an item the plugin itself rejects failing alone.
 
 use crate::common;
 use crate::digits::{assert_matches, assert_oracle_one_by_one, cases};
 
 use common::{output, output_f32, request, TestServer};
 use serde_json::json;
-
-const DIGITS_C_INFER: &str = "/v2/models/digits-c/infer";
 
 /// A repository holding only the model folder `name` of examples/models, deleted on drop.
 fn repository_of(name: &str) -> tempfile::TempDir {
@@ -24,30 +22,30 @@ fn repository_of(name: &str) -> tempfile::TempDir {
     repository
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c_predict_matches_the_oracle_on_all_450_requests() {
-    let repository = repository_of("digits-c");
+/// Serves the model folder `model` alone and checks the 450 oracle requests, and what the
+/// plugin declared at init.
+async fn serves_the_oracle(model: &str) {
+    let repository = repository_of(model);
     let server = TestServer::start(repository.path()).await;
-    let answers = assert_oracle_one_by_one(&server, DIGITS_C_INFER).await;
-    assert_eq!(answers[0]["model_name"], "digits-c");
-    // What the C plugin declared at init.
-    let (status, meta) = server.get("/v2/models/digits-c").await;
+    let answers = assert_oracle_one_by_one(&server, &format!("/v2/models/{model}/infer")).await;
+    assert_eq!(answers[0]["model_name"], model);
+    let (status, meta) = server.get(&format!("/v2/models/{model}")).await;
     assert_eq!(status, 200, "{meta}");
     assert_eq!(meta["parameters"]["labels"], "0,1,2,3,4,5,6,7,8,9", "{meta}");
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_item_the_c_plugin_rejects_fails_alone() {
-    let repository = repository_of("digits-c");
+/// A batch of 4 whose item 2 is blank: it passes preprocess (every pixel is in range) and
+/// the predict plugin answers it with its own 422; its neighbours get their digits.
+async fn rejects_a_blank_item_alone(model: &str) {
+    let repository = repository_of(model);
     let server = TestServer::start(repository.path()).await;
+    let infer = format!("/v2/models/{model}/infer");
     let cases = cases();
-    // Item 2 is blank: it passes preprocess (every pixel is in range) and the C predict
-    // answers it with its own 422.
     let mut pixels: Vec<f32> = cases[..4].iter().flat_map(|c| c.pixels.clone()).collect();
     pixels[2 * 64..3 * 64].fill(0.0);
     let (status, body) = server
-        .post_json(DIGITS_C_INFER, &request("input-0", "FP32", &[4, 64], json!(pixels)))
+        .post_json(&infer, &request("input-0", "FP32", &[4, 64], json!(pixels)))
         .await;
     assert_eq!(status, 207, "{body}");
     let results = body["results"].as_array().unwrap();
@@ -65,12 +63,29 @@ async fn an_item_the_c_plugin_rejects_fails_alone() {
     }
     // Alone, the blank image is the whole request's 422.
     let (status, body) = server
-        .post_json(
-            DIGITS_C_INFER,
-            &request("input-0", "FP32", &[1, 64], json!(vec![0.0f32; 64])),
-        )
+        .post_json(&infer, &request("input-0", "FP32", &[1, 64], json!(vec![0.0f32; 64])))
         .await;
     assert_eq!(status, 422, "{body}");
     assert!(body["error"].as_str().unwrap().contains("every pixel is 0"), "{body}");
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_predict_matches_the_oracle_on_all_450_requests() {
+    serves_the_oracle("digits-c").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_the_c_plugin_rejects_fails_alone() {
+    rejects_a_blank_item_alone("digits-c").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpp_predict_matches_the_oracle_on_all_450_requests() {
+    serves_the_oracle("digits-cpp").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_the_cpp_plugin_rejects_fails_alone() {
+    rejects_a_blank_item_alone("digits-cpp").await;
 }
