@@ -58,8 +58,17 @@ gen="$(bindings c predictor)"
 clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/digits-c-predict.wasm" \
     examples/digits-c/predict.c "$gen/predictor.c" "$gen/predictor_component_type.o" -lm
 copy "$work/digits-c-predict.wasm" examples/models/digits-c/predict.wasm
+# The SDK's README example (its first ```c block), compiled so that it stays correct.
+awk '/^```c$/ { on = 1; next } /^```$/ && on { exit } on' sdk/c/README.md >"$work/readme-example.c"
+[[ -s "$work/readme-example.c" ]] || fail "sdk/c/README.md has no \`\`\`c example"
+clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/readme-example.wasm" \
+    "$work/readme-example.c" "$gen/predictor.c" "$gen/predictor_component_type.o"
 
 gen="$(bindings cpp predictor)"
 clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "$work/digits-cpp-predict.wasm" \
     examples/digits-cpp/predict.cpp "$gen/predictor.cpp" "$gen/predictor_component_type.o"
 copy "$work/digits-cpp-predict.wasm" examples/models/digits-cpp/predict.wasm
+awk '/^```cpp$/ { on = 1; next } /^```$/ && on { exit } on' sdk/cpp/README.md >"$work/readme-example.cpp"
+[[ -s "$work/readme-example.cpp" ]] || fail "sdk/cpp/README.md has no \`\`\`cpp example"
+clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "$work/readme-example-cpp.wasm" \
+    "$work/readme-example.cpp" "$gen/predictor.cpp" "$gen/predictor_component_type.o"

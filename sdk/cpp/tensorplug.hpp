@@ -13,6 +13,7 @@
 #ifndef TENSORPLUG_HPP
 #define TENSORPLUG_HPP
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
