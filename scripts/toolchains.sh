@@ -79,13 +79,16 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     fi
     log="$(mktemp)"
     trap 'rm -f "$log"' EXIT
+    apt_install() {
+        "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+            "${missing[@]}" >"$log" 2>&1
+    }
     say "apt-get install ${missing[*]}"
     # A fresh machine may have no package lists (or stale ones without the pins).
-    if ! "${as_root[@]}" apt-get install -y --no-install-recommends "${missing[@]}" >"$log" 2>&1; then
+    if ! apt_install; then
         say "apt-get update (the pinned versions were not in the package lists)"
         "${as_root[@]}" apt-get update >"$log" 2>&1 || { cat "$log" >&2; fail "apt-get update failed"; }
-        DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y --no-install-recommends \
-            "${missing[@]}" >"$log" 2>&1 || { cat "$log" >&2; fail "apt-get install ${missing[*]} failed"; }
+        apt_install || { cat "$log" >&2; fail "apt-get install ${missing[*]} failed"; }
     fi
 fi
 
@@ -118,7 +121,12 @@ for pinned in "${debs[@]}"; do
     clang-19) check clang-19 ;;
     lld-19) check wasm-ld-19 ;;
     wasi-libc) [[ -f /usr/include/wasm32-wasi/stdlib.h ]] || fail "wasi-libc's headers are missing" ;;
-    libc++-19-dev-wasm32) check clang++-19 ;;
+    libclang-rt-19-dev-wasm32)
+        [[ -f /usr/lib/llvm-19/lib/clang/19/lib/wasi/libclang_rt.builtins-wasm32.a ]] ||
+            fail "the wasm32 compiler runtime is missing" ;;
+    libc++-19-dev-wasm32)
+        check clang++-19
+        [[ -f /usr/lib/wasm32-wasi/libc++.a ]] || fail "the wasm32 libc++ is missing" ;;
     esac
 done
 for wanted in "${crates[@]}"; do
