@@ -4,6 +4,9 @@
 //! tract natively (`tract`) and from the digits-onnx predict plugin through `wasi:nn`
 //! (`wasm_nn`: the wasm call, the tensors across the sandbox twice, tract's compute).
 //!
+//! The same predict stage written in C and C++ (`wasm_c`, `wasm_cpp`: examples/digits-c
+//! and digits-cpp, wasip1 modules the host makes components) runs beside the Rust one.
+//!
 //! Also: what replacing a trapped instance costs.
 //!
 //! Build the plugins first (`./scripts/build-plugins.sh`), then `cargo bench --bench forward`.
@@ -40,6 +43,16 @@ fn images(n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// The predict stage's batch: `input-0: FP32 [n, 64]`.
+fn digits_batch(n: usize, bytes: &[u8]) -> Vec<Tensor> {
+    vec![Tensor {
+        name: "input-0".into(),
+        datatype: DataType::Fp32,
+        shape: vec![n as u64, INPUTS as u64],
+        data: bytes.to_vec(),
+    }]
+}
+
 fn forward_pass(c: &mut Criterion) {
     let model_dir = root().join("examples/models/digits");
     let weights = Weights::from_dir(&model_dir).expect("weights");
@@ -68,6 +81,29 @@ fn forward_pass(c: &mut Criterion) {
     )
     .expect("predict.wasm (run ./scripts/build-plugins.sh)");
     let mut instance = template.instantiate().expect("instance");
+    let mut other_languages: Vec<_> = [("wasm_c", "digits-c"), ("wasm_cpp", "digits-cpp")]
+        .into_iter()
+        .map(|(id, model)| {
+            let dir = root().join("examples/models").join(model);
+            let tag = StageTag {
+                model: model.into(),
+                version: "1".into(),
+                stage: "predict",
+                shared: Default::default(),
+            };
+            let template = StageTemplate::load(
+                &runtime,
+                StageKind::Predict,
+                &dir.join("predict.wasm"),
+                &dir,
+                tag,
+                limits,
+                &[],
+            )
+            .expect("C/C++ predict.wasm (run ./scripts/build-plugins.sh)");
+            (id, template.instantiate().expect("instance"))
+        })
+        .collect();
 
     // digits-onnx: its graph, loaded once as the server does, and its predict plugin.
     let onnx_dir = root().join("examples/models/digits-onnx");
@@ -114,16 +150,24 @@ fn forward_pass(c: &mut Criterion) {
         let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
         group.bench_with_input(BenchmarkId::new("wasm", n), &n, |b, &n| {
             b.iter(|| {
-                let batch = vec![Tensor {
-                    name: "input-0".into(),
-                    datatype: DataType::Fp32,
-                    shape: vec![n as u64, INPUTS as u64],
-                    data: bytes.clone(),
-                }];
-                let prediction = instance.predict(batch).expect("no trap").expect("no batch error");
+                let prediction = instance
+                    .predict(digits_batch(n, &bytes))
+                    .expect("no trap")
+                    .expect("no batch error");
                 std::hint::black_box(prediction);
             })
         });
+        for (id, instance) in &mut other_languages {
+            group.bench_with_input(BenchmarkId::new(*id, n), &n, |b, &n| {
+                b.iter(|| {
+                    let prediction = instance
+                        .predict(digits_batch(n, &bytes))
+                        .expect("no trap")
+                        .expect("no batch error");
+                    std::hint::black_box(prediction);
+                })
+            });
+        }
         group.bench_with_input(BenchmarkId::new("tract", n), &n, |b, &n| {
             b.iter(|| {
                 let input = NnTensor {
@@ -141,13 +185,10 @@ fn forward_pass(c: &mut Criterion) {
         });
         group.bench_with_input(BenchmarkId::new("wasm_nn", n), &n, |b, &n| {
             b.iter(|| {
-                let batch = vec![Tensor {
-                    name: "input-0".into(),
-                    datatype: DataType::Fp32,
-                    shape: vec![n as u64, INPUTS as u64],
-                    data: bytes.clone(),
-                }];
-                let prediction = onnx_instance.predict(batch).expect("no trap").expect("no batch error");
+                let prediction = onnx_instance
+                    .predict(digits_batch(n, &bytes))
+                    .expect("no trap")
+                    .expect("no batch error");
                 std::hint::black_box(prediction);
             })
         });
