@@ -31,13 +31,11 @@ fail() {
 }
 say() { printf 'toolchains: %s\n' "$*" >&2; }
 
-if [[ -n "${TENSORPLUG_TOOLCHAINS:-}" ]]; then
-    tools="$TENSORPLUG_TOOLCHAINS"
-else
-    target_dir="$(cd "$root" && cargo metadata --format-version 1 --no-deps |
-        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-    [[ -n "$target_dir" ]] || fail "cargo metadata did not give the target directory; set TENSORPLUG_TOOLCHAINS"
-    tools="$target_dir/toolchains"
+tools="${TENSORPLUG_TOOLCHAINS:-}"
+if [[ -z "$tools" ]]; then
+    tools="$(cd "$root" && cargo metadata --format-version 1 --no-deps |
+        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/toolchains"
+    [[ "$tools" != /toolchains ]] || fail "cargo metadata did not give the target directory; set TENSORPLUG_TOOLCHAINS"
 fi
 
 # Debian packages wanted, as name=version, and crates wanted, as name=version:features.
