@@ -4,6 +4,8 @@
 #   examples/digits/{preprocess,predict,postprocess} -> examples/models/digits/*.wasm
 #   examples/digits-onnx/predict (+ digits' pre/postprocess) -> examples/models/digits-onnx/*.wasm
 #     and the same three                     -> examples/models/digits-cnn/*.wasm
+#   digits' pre/postprocess                  -> examples/models/digits-c{,pp}/*.wasm
+#     (whose predict, in C and C++, scripts/build-c-plugins.sh builds, called last)
 #   tests/plugins/faulty                             -> tests/models/faulty/predict.wasm
 #   tests/plugins/faulty, as a wasm32-wasip1 core module -> tests/models/faulty-p1/predict.wasm
 #   tests/plugins/faulty-pre + tests/plugins/faulty  -> tests/models/faulty-pipeline/
@@ -56,8 +58,15 @@ copy digits_postprocess.wasm examples/models/digits-onnx/postprocess.wasm
 copy digits_onnx_predict.wasm examples/models/digits-cnn/predict.wasm
 copy digits_preprocess.wasm examples/models/digits-cnn/preprocess.wasm
 copy digits_postprocess.wasm examples/models/digits-cnn/postprocess.wasm
+copy digits_preprocess.wasm examples/models/digits-c/preprocess.wasm
+copy digits_postprocess.wasm examples/models/digits-c/postprocess.wasm
+copy digits_preprocess.wasm examples/models/digits-cpp/preprocess.wasm
+copy digits_postprocess.wasm examples/models/digits-cpp/postprocess.wasm
 copy faulty.wasm tests/models/faulty/predict.wasm
 copy faulty.wasm tests/models/faulty-pipeline/predict.wasm
 copy faulty_pre.wasm tests/models/faulty-pipeline/preprocess.wasm
 out="$target_dir/wasm32-wasip1/plugin"
 copy faulty.wasm tests/models/faulty-p1/predict.wasm
+
+# The C and C++ examples (their toolchains: scripts/toolchains.sh).
+./scripts/build-c-plugins.sh

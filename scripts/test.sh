@@ -3,7 +3,8 @@
 # any failure stops it with a non-zero status:
 #   1. `cargo fmt --check` on the root workspace and on the plugin workspace (examples/,
 #      whose members include the test plugins in tests/plugins/);
-#   2. builds the example and test plugins for wasm32 (scripts/build-plugins.sh);
+#   2. builds the example and test plugins for wasm32 (scripts/build-plugins.sh), after
+#      installing the C and C++ toolchains (scripts/toolchains.sh; cached after the first run);
 #   3. clippy with -D warnings: the plugin workspace for wasm32-wasip2, the root workspace
 #      with all targets (tests, benches, examples);
 #   4. the conformance test's Python virtualenv (scripts/python-env.sh: tritonclient and
@@ -22,6 +23,9 @@ step() { printf '\n==> [%4ds] %s\n' "$SECONDS" "$*" >&2; }
 step "rustfmt"
 cargo fmt --all --check
 (cd examples && cargo fmt --all --check)
+
+step "toolchains"
+./scripts/toolchains.sh >/dev/null
 
 step "plugins"
 ./scripts/build-plugins.sh --locked

@@ -4,6 +4,9 @@
 //! tract natively (`tract`) and from the digits-onnx predict plugin through `wasi:nn`
 //! (`wasm_nn`: the wasm call, the tensors across the sandbox twice, tract's compute).
 //!
+//! The same predict stage written in C and C++ (`wasm_c`, `wasm_cpp`: examples/digits-c
+//! and digits-cpp, wasip1 modules the host makes components) runs beside the Rust one.
+//!
 //! Also: what replacing a trapped instance costs.
 //!
 //! Build the plugins first (`./scripts/build-plugins.sh`), then `cargo bench --bench forward`.
@@ -40,15 +43,25 @@ fn images(n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn forward_pass(c: &mut Criterion) {
-    let model_dir = root().join("examples/models/digits");
-    let weights = Weights::from_dir(&model_dir).expect("weights");
-    let runtime = Runtime::new(None).expect("runtime");
+/// The predict stage's batch: `input-0: FP32 [n, 64]`.
+fn digits_batch(n: usize, bytes: &[u8]) -> Vec<Tensor> {
+    vec![Tensor {
+        name: "input-0".into(),
+        datatype: DataType::Fp32,
+        shape: vec![n as u64, INPUTS as u64],
+        data: bytes.to_vec(),
+    }]
+}
+
+/// The predict stage of the model folder `examples/models/<model>`, loaded as the server
+/// loads it.
+fn predict_template(runtime: &Runtime, model: &str, shared: Arc<ModelShared>) -> Arc<StageTemplate> {
+    let dir = root().join("examples/models").join(model);
     let tag = StageTag {
-        model: "digits".into(),
+        model: model.into(),
         version: "1".into(),
         stage: "predict",
-        shared: Default::default(),
+        shared,
     };
     let limits = SandboxLimits {
         memory_bytes: 64 << 20,
@@ -58,17 +71,33 @@ fn forward_pass(c: &mut Criterion) {
         init_timeout: Duration::from_secs(10),
         compile_timeout: Duration::from_secs(300),
     };
-    let template: Arc<StageTemplate> = StageTemplate::load(
-        &runtime,
+    StageTemplate::load(
+        runtime,
         StageKind::Predict,
-        &model_dir.join("predict.wasm"),
-        &model_dir,
+        &dir.join("predict.wasm"),
+        &dir,
         tag,
         limits,
         &[],
     )
-    .expect("predict.wasm (run ./scripts/build-plugins.sh)");
-    let mut instance = template.instantiate().expect("instance");
+    .unwrap_or_else(|e| panic!("{model}/predict.wasm (run ./scripts/build-plugins.sh): {e}"))
+}
+
+fn forward_pass(c: &mut Criterion) {
+    let model_dir = root().join("examples/models/digits");
+    let weights = Weights::from_dir(&model_dir).expect("weights");
+    let runtime = Runtime::new(None).expect("runtime");
+    let template = predict_template(&runtime, "digits", Default::default());
+    // The predict plugins called alike: Rust, then the same stage in C and C++; the
+    // digits-onnx one joins them below.
+    let mut plugins: Vec<_> = [("wasm", template.clone())]
+        .into_iter()
+        .chain(
+            [("wasm_c", "digits-c"), ("wasm_cpp", "digits-cpp")]
+                .map(|(id, model)| (id, predict_template(&runtime, model, Default::default()))),
+        )
+        .map(|(id, template)| (id, template.instantiate().expect("instance")))
+        .collect();
 
     // digits-onnx: its graph, loaded once as the server does, and its predict plugin.
     let onnx_dir = root().join("examples/models/digits-onnx");
@@ -84,23 +113,8 @@ fn forward_pass(c: &mut Criterion) {
     )
     .expect("digits.onnx");
     let graph = graphs.get("digits").expect("graph").clone();
-    let onnx_tag = StageTag {
-        model: "digits-onnx".into(),
-        version: "1".into(),
-        stage: "predict",
-        shared: Arc::new(ModelShared::with_graphs(graphs)),
-    };
-    let onnx_template = StageTemplate::load(
-        &runtime,
-        StageKind::Predict,
-        &onnx_dir.join("predict.wasm"),
-        &onnx_dir,
-        onnx_tag,
-        limits,
-        &[],
-    )
-    .expect("digits-onnx predict.wasm (run ./scripts/build-plugins.sh)");
-    let mut onnx_instance = onnx_template.instantiate().expect("instance");
+    let onnx_template = predict_template(&runtime, "digits-onnx", Arc::new(ModelShared::with_graphs(graphs)));
+    plugins.push(("wasm_nn", onnx_template.instantiate().expect("instance")));
 
     let mut group = c.benchmark_group("digits_forward");
     for n in [1usize, 8, 32] {
@@ -113,18 +127,17 @@ fn forward_pass(c: &mut Criterion) {
             b.iter(|| forward(&weights, std::hint::black_box(&x), n, &mut proba, &mut labels))
         });
         let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
-        group.bench_with_input(BenchmarkId::new("wasm", n), &n, |b, &n| {
-            b.iter(|| {
-                let batch = vec![Tensor {
-                    name: "input-0".into(),
-                    datatype: DataType::Fp32,
-                    shape: vec![n as u64, INPUTS as u64],
-                    data: bytes.clone(),
-                }];
-                let prediction = instance.predict(batch).expect("no trap").expect("no batch error");
-                std::hint::black_box(prediction);
-            })
-        });
+        for (id, instance) in &mut plugins {
+            group.bench_with_input(BenchmarkId::new(*id, n), &n, |b, &n| {
+                b.iter(|| {
+                    let prediction = instance
+                        .predict(digits_batch(n, &bytes))
+                        .expect("no trap")
+                        .expect("no batch error");
+                    std::hint::black_box(prediction);
+                })
+            });
+        }
         group.bench_with_input(BenchmarkId::new("tract", n), &n, |b, &n| {
             b.iter(|| {
                 let input = NnTensor {
@@ -138,18 +151,6 @@ fn forward_pass(c: &mut Criterion) {
                         .run(vec![("input-0".into(), input)], deadline, 64 << 20)
                         .expect("compute"),
                 )
-            })
-        });
-        group.bench_with_input(BenchmarkId::new("wasm_nn", n), &n, |b, &n| {
-            b.iter(|| {
-                let batch = vec![Tensor {
-                    name: "input-0".into(),
-                    datatype: DataType::Fp32,
-                    shape: vec![n as u64, INPUTS as u64],
-                    data: bytes.clone(),
-                }];
-                let prediction = onnx_instance.predict(batch).expect("no trap").expect("no batch error");
-                std::hint::black_box(prediction);
             })
         });
     }

@@ -17,6 +17,7 @@ mod fairness;
 mod faults;
 mod grpc;
 mod grpc_edge;
+mod languages;
 mod logs;
 mod metadata;
 mod metrics;

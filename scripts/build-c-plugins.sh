@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Builds the C and C++ example plugins as wasm32-wasip1 reactor modules (the host makes
+# them components at load) and copies them into their model folders:
+#   examples/digits-c/predict.c      -> examples/models/digits-c/predict.wasm
+#   examples/digits-cpp/predict.cpp  -> examples/models/digits-cpp/predict.wasm
+# The model folders' Rust stages come from scripts/build-plugins.sh, which calls this
+# script after building them. Bindings come from `wit-bindgen c|cpp` over wit/ into
+# <target>/c-plugins/, the SDK headers from sdk/c and sdk/cpp.
+#
+# Needs the toolchains of scripts/toolchains.sh (scripts/test.sh installs them first);
+# without them this fails and says so. Works from any directory.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+fail() {
+    printf 'build-c-plugins: %s\n' "$*" >&2
+    exit 1
+}
+
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+[[ -n "$target_dir" ]] || fail "no target_directory in cargo metadata"
+tools="${TENSORPLUG_TOOLCHAINS:-$target_dir/toolchains}"
+wit_bindgen="$tools/bin/wit-bindgen"
+for tool in "$wit_bindgen" clang-19 clang++-19 wasm-ld-19; do
+    command -v "$tool" >/dev/null 2>&1 ||
+        fail "$tool is missing: install the C and C++ toolchains with ./scripts/toolchains.sh c cpp"
+done
+[[ -f /usr/include/wasm32-wasi/stdlib.h ]] ||
+    fail "wasi-libc is missing: install the C and C++ toolchains with ./scripts/toolchains.sh c cpp"
+
+work="$target_dir/c-plugins"
+# Bindings of one world in one language, regenerated every build (milliseconds).
+bindings() {
+    local language="$1" world="$2" dir="$work/gen-$1/$2"
+    local said
+    rm -rf "$dir"
+    said="$("$wit_bindgen" "$language" wit --world "$world" --out-dir "$dir" 2>&1)" ||
+        fail "wit-bindgen $language --world $world failed: $said"
+    echo "$dir"
+}
+
+# Flags of every C and C++ plugin: a reactor (init and predict are called, there is no
+# main); simd128 as for the Rust plugins; no debug info, which wasi-libc's libc.a carries
+# and would triple the size.
+flags=(--target=wasm32-wasi -mexec-model=reactor -O2 -msimd128 -Wall -Wextra -Werror -Wl,--strip-debug)
+
+copy() {
+    local artifact="$1" dest="$2"
+    mkdir -p "$(dirname "$dest")"
+    cp "$artifact" "$dest"
+    printf '%-40s %8d bytes\n' "$dest" "$(wc -c <"$dest")"
+}
+
+mkdir -p "$work"
+gen="$(bindings c predictor)"
+clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/digits-c-predict.wasm" \
+    examples/digits-c/predict.c "$gen/predictor.c" "$gen/predictor_component_type.o" -lm
+copy "$work/digits-c-predict.wasm" examples/models/digits-c/predict.wasm
+# The SDK's README example (its first ```c block), compiled so that it stays correct.
+awk '/^```c$/ { on = 1; next } /^```$/ && on { exit } on' sdk/c/README.md >"$work/readme-example.c"
+[[ -s "$work/readme-example.c" ]] || fail "sdk/c/README.md has no \`\`\`c example"
+clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/readme-example.wasm" \
+    "$work/readme-example.c" "$gen/predictor.c" "$gen/predictor_component_type.o"
+
+gen="$(bindings cpp predictor)"
+clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "$work/digits-cpp-predict.wasm" \
+    examples/digits-cpp/predict.cpp "$gen/predictor.cpp" "$gen/predictor_component_type.o"
+copy "$work/digits-cpp-predict.wasm" examples/models/digits-cpp/predict.wasm
+awk '/^```cpp$/ { on = 1; next } /^```$/ && on { exit } on' sdk/cpp/README.md >"$work/readme-example.cpp"
+[[ -s "$work/readme-example.cpp" ]] || fail "sdk/cpp/README.md has no \`\`\`cpp example"
+clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "$work/readme-example-cpp.wasm" \
+    "$work/readme-example.cpp" "$gen/predictor.cpp" "$gen/predictor_component_type.o"
