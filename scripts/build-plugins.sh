@@ -68,5 +68,7 @@ copy faulty_pre.wasm tests/models/faulty-pipeline/preprocess.wasm
 out="$target_dir/wasm32-wasip1/plugin"
 copy faulty.wasm tests/models/faulty-p1/predict.wasm
 
-# The C and C++ examples (their toolchains: scripts/toolchains.sh).
+# The C and C++ examples, with their toolchains (scripts/toolchains.sh: pinned, installed
+# once; about a second when they are there already).
+./scripts/toolchains.sh c cpp >/dev/null
 ./scripts/build-c-plugins.sh
