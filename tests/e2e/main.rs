@@ -8,6 +8,7 @@ mod common;
 mod batch;
 mod batching;
 mod check;
+mod compat;
 mod conformance;
 mod deadlines;
 mod digits;

@@ -5,6 +5,14 @@
 //! every stage and one implementation of each import serves all of them; so are the
 //! `wasi:nn` interfaces every world imports (implemented in [`super::nn`]).
 //!
+//! Each released version of the package has its own bindings: the current one (`wit/`,
+//! at the module's root) and the frozen ones in `wit/released/<version>/` (in
+//! [`v0_1_0`]). A frozen version's records are structurally the current ones, so its
+//! bindings reuse the current Rust types (`with`): wasmtime checks the component's types
+//! against them when a stage is linked, and a stage of any version is called with the
+//! same values. Its imports that differ (0.1.0's `log`) get their own `Host` trait,
+//! implemented in [`super::wit_version`] over the current one.
+//!
 //! Exports are async: every call is driven to its deadline by [`super::deadline`], so a
 //! plugin parked in a host call (async WASI) can be dropped at its deadline.
 
@@ -55,6 +63,47 @@ pub mod postprocessor {
             "wasi:nn": crate::runtime::bindings::predictor::wasi::nn,
         },
     });
+}
+
+/// `tensorplug:plugin@0.1.0` (`wit/released/0.1.0/plugin.wit`): `log` only, no
+/// `metrics`, `metadata` or `wasi:nn`; the exports are the current ones.
+pub mod v0_1_0 {
+    pub mod predictor {
+        wasmtime::component::bindgen!({
+            path: "../wit/released/0.1.0",
+            world: "predictor",
+            exports: { default: async },
+            with: {
+                "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
+            },
+        });
+    }
+
+    pub mod preprocessor {
+        wasmtime::component::bindgen!({
+            path: "../wit/released/0.1.0",
+            world: "preprocessor",
+            exports: { default: async },
+            with: {
+                "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
+                "tensorplug:plugin/log": crate::runtime::bindings::v0_1_0::predictor::tensorplug::plugin::log,
+            },
+        });
+    }
+
+    pub mod postprocessor {
+        wasmtime::component::bindgen!({
+            path: "../wit/released/0.1.0",
+            world: "postprocessor",
+            exports: { default: async },
+            with: {
+                "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
+                "tensorplug:plugin/log": crate::runtime::bindings::v0_1_0::predictor::tensorplug::plugin::log,
+            },
+        });
+    }
+
+    pub use predictor::tensorplug::plugin::log;
 }
 
 pub use predictor::tensorplug::plugin::types;
