@@ -3,7 +3,8 @@
 //! The three worlds share the `types`, `log`, `metrics` and `metadata` interfaces; they are generated once (with
 //! the predictor) and reused by the other two, so a `Tensor` is the same Rust type in
 //! every stage and one implementation of each import serves all of them; so are the
-//! `wasi:nn` interfaces every world imports (implemented in [`super::nn`]).
+//! `wasi:nn` interfaces every world imports (implemented in [`super::nn`]). The worlds'
+//! WASI imports are wasmtime-wasi's bindings.
 //!
 //! Each released version of the package has its own bindings: the current one (`wit/`,
 //! at the module's root) and the frozen ones in `wit/released/<version>/` (in
@@ -31,6 +32,12 @@ pub mod predictor {
             "wasi:nn/tensor.tensor": crate::runtime::nn::NnTensor,
             "wasi:nn/inference.graph-execution-context": crate::runtime::nn::NnContext,
             "wasi:nn/errors.error": crate::runtime::nn::NnError,
+            // The worlds' WASI imports are wasmtime-wasi's own (linked by the engine).
+            "wasi:io": wasmtime_wasi::p2::bindings::io,
+            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+            "wasi:random": wasmtime_wasi::p2::bindings::random,
+            "wasi:cli": wasmtime_wasi::p2::bindings::cli,
+            "wasi:filesystem": wasmtime_wasi::p2::bindings::filesystem,
         },
     });
 }
@@ -46,6 +53,11 @@ pub mod preprocessor {
             "tensorplug:plugin/metrics": crate::runtime::bindings::predictor::tensorplug::plugin::metrics,
             "tensorplug:plugin/metadata": crate::runtime::bindings::predictor::tensorplug::plugin::metadata,
             "wasi:nn": crate::runtime::bindings::predictor::wasi::nn,
+            "wasi:io": wasmtime_wasi::p2::bindings::io,
+            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+            "wasi:random": wasmtime_wasi::p2::bindings::random,
+            "wasi:cli": wasmtime_wasi::p2::bindings::cli,
+            "wasi:filesystem": wasmtime_wasi::p2::bindings::filesystem,
         },
     });
 }
@@ -61,6 +73,11 @@ pub mod postprocessor {
             "tensorplug:plugin/metrics": crate::runtime::bindings::predictor::tensorplug::plugin::metrics,
             "tensorplug:plugin/metadata": crate::runtime::bindings::predictor::tensorplug::plugin::metadata,
             "wasi:nn": crate::runtime::bindings::predictor::wasi::nn,
+            "wasi:io": wasmtime_wasi::p2::bindings::io,
+            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+            "wasi:random": wasmtime_wasi::p2::bindings::random,
+            "wasi:cli": wasmtime_wasi::p2::bindings::cli,
+            "wasi:filesystem": wasmtime_wasi::p2::bindings::filesystem,
         },
     });
 }
