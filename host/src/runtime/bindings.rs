@@ -42,44 +42,35 @@ pub mod predictor {
     });
 }
 
+/// A current world besides the predictor: its own exports, its imports the predictor's.
+macro_rules! world_sharing_the_predictors_imports {
+    ($world:literal) => {
+        wasmtime::component::bindgen!({
+            path: "../wit",
+            world: $world,
+            exports: { default: async },
+            with: {
+                "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
+                "tensorplug:plugin/log": crate::runtime::bindings::predictor::tensorplug::plugin::log,
+                "tensorplug:plugin/metrics": crate::runtime::bindings::predictor::tensorplug::plugin::metrics,
+                "tensorplug:plugin/metadata": crate::runtime::bindings::predictor::tensorplug::plugin::metadata,
+                "wasi:nn": crate::runtime::bindings::predictor::wasi::nn,
+                "wasi:io": wasmtime_wasi::p2::bindings::io,
+                "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+                "wasi:random": wasmtime_wasi::p2::bindings::random,
+                "wasi:cli": wasmtime_wasi::p2::bindings::cli,
+                "wasi:filesystem": wasmtime_wasi::p2::bindings::filesystem,
+            },
+        });
+    };
+}
+
 pub mod preprocessor {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "preprocessor",
-        exports: { default: async },
-        with: {
-            "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
-            "tensorplug:plugin/log": crate::runtime::bindings::predictor::tensorplug::plugin::log,
-            "tensorplug:plugin/metrics": crate::runtime::bindings::predictor::tensorplug::plugin::metrics,
-            "tensorplug:plugin/metadata": crate::runtime::bindings::predictor::tensorplug::plugin::metadata,
-            "wasi:nn": crate::runtime::bindings::predictor::wasi::nn,
-            "wasi:io": wasmtime_wasi::p2::bindings::io,
-            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
-            "wasi:random": wasmtime_wasi::p2::bindings::random,
-            "wasi:cli": wasmtime_wasi::p2::bindings::cli,
-            "wasi:filesystem": wasmtime_wasi::p2::bindings::filesystem,
-        },
-    });
+    world_sharing_the_predictors_imports!("preprocessor");
 }
 
 pub mod postprocessor {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "postprocessor",
-        exports: { default: async },
-        with: {
-            "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
-            "tensorplug:plugin/log": crate::runtime::bindings::predictor::tensorplug::plugin::log,
-            "tensorplug:plugin/metrics": crate::runtime::bindings::predictor::tensorplug::plugin::metrics,
-            "tensorplug:plugin/metadata": crate::runtime::bindings::predictor::tensorplug::plugin::metadata,
-            "wasi:nn": crate::runtime::bindings::predictor::wasi::nn,
-            "wasi:io": wasmtime_wasi::p2::bindings::io,
-            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
-            "wasi:random": wasmtime_wasi::p2::bindings::random,
-            "wasi:cli": wasmtime_wasi::p2::bindings::cli,
-            "wasi:filesystem": wasmtime_wasi::p2::bindings::filesystem,
-        },
-    });
+    world_sharing_the_predictors_imports!("postprocessor");
 }
 
 /// `tensorplug:plugin@0.1.0` (`wit/released/0.1.0/plugin.wit`): `log` only, no
@@ -96,28 +87,27 @@ pub mod v0_1_0 {
         });
     }
 
+    /// A 0.1.0 world besides the predictor, its imports the 0.1.0 predictor's.
+    macro_rules! world_sharing_the_0_1_0_predictors_imports {
+        ($world:literal) => {
+            wasmtime::component::bindgen!({
+                path: "../wit/released/0.1.0",
+                world: $world,
+                exports: { default: async },
+                with: {
+                    "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
+                    "tensorplug:plugin/log": crate::runtime::bindings::v0_1_0::predictor::tensorplug::plugin::log,
+                },
+            });
+        };
+    }
+
     pub mod preprocessor {
-        wasmtime::component::bindgen!({
-            path: "../wit/released/0.1.0",
-            world: "preprocessor",
-            exports: { default: async },
-            with: {
-                "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
-                "tensorplug:plugin/log": crate::runtime::bindings::v0_1_0::predictor::tensorplug::plugin::log,
-            },
-        });
+        world_sharing_the_0_1_0_predictors_imports!("preprocessor");
     }
 
     pub mod postprocessor {
-        wasmtime::component::bindgen!({
-            path: "../wit/released/0.1.0",
-            world: "postprocessor",
-            exports: { default: async },
-            with: {
-                "tensorplug:plugin/types": crate::runtime::bindings::predictor::tensorplug::plugin::types,
-                "tensorplug:plugin/log": crate::runtime::bindings::v0_1_0::predictor::tensorplug::plugin::log,
-            },
-        });
+        world_sharing_the_0_1_0_predictors_imports!("postprocessor");
     }
 
     pub use predictor::tensorplug::plugin::log;
