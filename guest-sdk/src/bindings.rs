@@ -27,6 +27,8 @@ pub mod predictor {
         default_bindings_module: "tensorplug_guest::bindings::predictor",
         runtime_path: "tensorplug_guest::__wit_bindgen::rt",
         additional_derives: [PartialEq],
+        // WASI's stream-error holds a resource, which has no PartialEq.
+        additional_derives_ignore: ["stream-error"],
         // wasi:nn's interfaces live in a dependency package (wit/deps/wasi-nn): generated
         // here, once, and shared by the other two worlds.
         with: {
@@ -34,50 +36,73 @@ pub mod predictor {
             "wasi:nn/errors@0.2.0-rc-2024-10-28": generate,
             "wasi:nn/inference@0.2.0-rc-2024-10-28": generate,
             "wasi:nn/graph@0.2.0-rc-2024-10-28": generate,
+            // The worlds' WASI imports: generated once here too (Rust plugins reach WASI
+            // through std; a function nobody calls is not imported, so they cost nothing).
+            "wasi:io/error@0.2.12": generate,
+            "wasi:io/poll@0.2.12": generate,
+            "wasi:io/streams@0.2.12": generate,
+            "wasi:clocks/monotonic-clock@0.2.12": generate,
+            "wasi:clocks/wall-clock@0.2.12": generate,
+            "wasi:random/random@0.2.12": generate,
+            "wasi:random/insecure@0.2.12": generate,
+            "wasi:random/insecure-seed@0.2.12": generate,
+            "wasi:cli/environment@0.2.12": generate,
+            "wasi:cli/exit@0.2.12": generate,
+            "wasi:cli/stdin@0.2.12": generate,
+            "wasi:cli/stdout@0.2.12": generate,
+            "wasi:cli/stderr@0.2.12": generate,
+            "wasi:filesystem/types@0.2.12": generate,
+            "wasi:filesystem/preopens@0.2.12": generate,
         },
     });
+}
+
+/// A world besides the predictor: its own exports, and every import pointing at the one
+/// generated in [`predictor`] (the worlds share `stage-imports`).
+macro_rules! world_sharing_the_predictors_imports {
+    ($world:literal, $module:literal) => {
+        wit_bindgen::generate!({
+            path: "../wit",
+            world: $world,
+            pub_export_macro: true,
+            export_macro_name: "export_world",
+            default_bindings_module: $module,
+            runtime_path: "tensorplug_guest::__wit_bindgen::rt",
+            with: {
+                "tensorplug:plugin/types@0.2.0": crate::bindings::predictor::tensorplug::plugin::types,
+                "tensorplug:plugin/log@0.2.0": crate::bindings::predictor::tensorplug::plugin::log,
+                "tensorplug:plugin/metrics@0.2.0": crate::bindings::predictor::tensorplug::plugin::metrics,
+                "tensorplug:plugin/metadata@0.2.0": crate::bindings::predictor::tensorplug::plugin::metadata,
+                "wasi:nn/tensor@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::tensor,
+                "wasi:nn/errors@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::errors,
+                "wasi:nn/inference@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::inference,
+                "wasi:nn/graph@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::graph,
+                "wasi:io/error@0.2.12": crate::bindings::predictor::wasi::io::error,
+                "wasi:io/poll@0.2.12": crate::bindings::predictor::wasi::io::poll,
+                "wasi:io/streams@0.2.12": crate::bindings::predictor::wasi::io::streams,
+                "wasi:clocks/monotonic-clock@0.2.12": crate::bindings::predictor::wasi::clocks::monotonic_clock,
+                "wasi:clocks/wall-clock@0.2.12": crate::bindings::predictor::wasi::clocks::wall_clock,
+                "wasi:random/random@0.2.12": crate::bindings::predictor::wasi::random::random,
+                "wasi:random/insecure@0.2.12": crate::bindings::predictor::wasi::random::insecure,
+                "wasi:random/insecure-seed@0.2.12": crate::bindings::predictor::wasi::random::insecure_seed,
+                "wasi:cli/environment@0.2.12": crate::bindings::predictor::wasi::cli::environment,
+                "wasi:cli/exit@0.2.12": crate::bindings::predictor::wasi::cli::exit,
+                "wasi:cli/stdin@0.2.12": crate::bindings::predictor::wasi::cli::stdin,
+                "wasi:cli/stdout@0.2.12": crate::bindings::predictor::wasi::cli::stdout,
+                "wasi:cli/stderr@0.2.12": crate::bindings::predictor::wasi::cli::stderr,
+                "wasi:filesystem/types@0.2.12": crate::bindings::predictor::wasi::filesystem::types,
+                "wasi:filesystem/preopens@0.2.12": crate::bindings::predictor::wasi::filesystem::preopens,
+            },
+        });
+    };
 }
 
 /// The `preprocessor` world: `init` and `preprocess`.
 pub mod preprocessor {
-    wit_bindgen::generate!({
-        path: "../wit",
-        world: "preprocessor",
-        pub_export_macro: true,
-        export_macro_name: "export_world",
-        default_bindings_module: "tensorplug_guest::bindings::preprocessor",
-        runtime_path: "tensorplug_guest::__wit_bindgen::rt",
-        with: {
-            "tensorplug:plugin/types@0.2.0": crate::bindings::predictor::tensorplug::plugin::types,
-            "tensorplug:plugin/log@0.2.0": crate::bindings::predictor::tensorplug::plugin::log,
-            "tensorplug:plugin/metrics@0.2.0": crate::bindings::predictor::tensorplug::plugin::metrics,
-            "tensorplug:plugin/metadata@0.2.0": crate::bindings::predictor::tensorplug::plugin::metadata,
-            "wasi:nn/tensor@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::tensor,
-            "wasi:nn/errors@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::errors,
-            "wasi:nn/inference@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::inference,
-            "wasi:nn/graph@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::graph,
-        },
-    });
+    world_sharing_the_predictors_imports!("preprocessor", "tensorplug_guest::bindings::preprocessor");
 }
 
 /// The `postprocessor` world: `init` and `postprocess`.
 pub mod postprocessor {
-    wit_bindgen::generate!({
-        path: "../wit",
-        world: "postprocessor",
-        pub_export_macro: true,
-        export_macro_name: "export_world",
-        default_bindings_module: "tensorplug_guest::bindings::postprocessor",
-        runtime_path: "tensorplug_guest::__wit_bindgen::rt",
-        with: {
-            "tensorplug:plugin/types@0.2.0": crate::bindings::predictor::tensorplug::plugin::types,
-            "tensorplug:plugin/log@0.2.0": crate::bindings::predictor::tensorplug::plugin::log,
-            "tensorplug:plugin/metrics@0.2.0": crate::bindings::predictor::tensorplug::plugin::metrics,
-            "tensorplug:plugin/metadata@0.2.0": crate::bindings::predictor::tensorplug::plugin::metadata,
-            "wasi:nn/tensor@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::tensor,
-            "wasi:nn/errors@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::errors,
-            "wasi:nn/inference@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::inference,
-            "wasi:nn/graph@0.2.0-rc-2024-10-28": crate::bindings::predictor::wasi::nn::graph,
-        },
-    });
+    world_sharing_the_predictors_imports!("postprocessor", "tensorplug_guest::bindings::postprocessor");
 }

@@ -6,7 +6,7 @@ use crate::common;
 use std::path::Path;
 use std::process::Command;
 
-fn check(repository: &Path) -> (i32, String) {
+pub(crate) fn check(repository: &Path) -> (i32, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_tensorplug"))
         .arg("check")
         .arg(repository)

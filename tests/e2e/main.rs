@@ -9,6 +9,7 @@ mod batch;
 mod batching;
 mod check;
 mod compile;
+mod compat;
 mod conformance;
 mod deadlines;
 mod digits;

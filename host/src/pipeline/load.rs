@@ -99,9 +99,24 @@ impl LoadedModel {
         })
     }
 
-    /// The stages, as `preprocess -> predict -> postprocess`, and the graphs.
+    /// The stages with the `tensorplug:plugin` version each was built against, as
+    /// `preprocess (WIT 0.2.0) -> predict (WIT 0.1.0) -> ...`, and the graphs.
     pub fn describe(&self) -> String {
-        let stages: Vec<&str> = self.config.stages.iter().map(|(kind, _)| kind.name()).collect();
+        let stages: Vec<String> = match self.instances.first() {
+            Some(instance) => {
+                let t = &instance.template;
+                let templates = t.preprocess.iter().chain([&t.predict]).chain(t.postprocess.iter());
+                templates
+                    .map(|stage| format!("{} (WIT {})", stage.kind().name(), stage.wit_version()))
+                    .collect()
+            }
+            None => self
+                .config
+                .stages
+                .iter()
+                .map(|(kind, _)| kind.name().to_string())
+                .collect(),
+        };
         let mut text = format!("version {}: {}", self.config.version, stages.join(" -> "));
         if !self.shared.graphs.is_empty() {
             text.push_str(&format!(

@@ -66,6 +66,8 @@ impl Runtime {
             .map_err(|e| RuntimeError::Engine(format!("linking metrics: {e:#}")))?;
         metadata::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
             .map_err(|e| RuntimeError::Engine(format!("linking metadata: {e:#}")))?;
+        super::wit_version::add_older_versions_to_linker(&mut linker)
+            .map_err(|e| RuntimeError::Engine(format!("linking older WIT versions: {e:#}")))?;
         // wasi:nn@0.2.0-rc-2024-10-28 (graph, tensor, inference, errors); see super::nn.
         let nn_error = |e: wasmtime::Error| RuntimeError::Engine(format!("linking wasi:nn: {e:#}"));
         nn::tensor::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state).map_err(nn_error)?;

@@ -15,12 +15,14 @@ mod shared;
 mod stage;
 mod store;
 mod wasi_files;
+mod wit_version;
 
 pub use compile::CompileReport;
 pub use engine::{Runtime, EPOCH_TICK};
 pub use shared::ModelShared;
 pub use stage::{Prediction, StageInstance, StageTemplate, Trapped};
 pub use store::{SandboxLimits, StageTag, MODEL_DIR_GUEST_PATH};
+pub use wit_version::WitVersion;
 
 use std::path::PathBuf;
 

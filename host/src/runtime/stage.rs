@@ -16,10 +16,11 @@ use super::bindings::predictor::{Predictor, PredictorPre};
 use super::bindings::preprocessor::{Preprocessor, PreprocessorPre};
 use super::bindings::types as wit;
 use super::compile::CompileReport;
+use super::bindings::v0_1_0;
 use super::convert::{from_wit, from_wit_error, to_wit};
 use super::deadline::{self, DeadlinePassed};
 use super::store::{new_store, SandboxLimits, StageTag, StoreState};
-use super::{Runtime, RuntimeError};
+use super::{Runtime, RuntimeError, WitVersion};
 use crate::model::outcome::ItemError;
 use crate::model::tensor::{Item, Tensor};
 use crate::model::StageKind;
@@ -63,22 +64,31 @@ impl Trapped {
     }
 }
 
+/// A linked stage, per kind and WIT version (each version's exports are typed by its own
+/// bindings, over the same Rust types).
 enum Pre {
     Preprocess(PreprocessorPre<StoreState>),
     Predict(PredictorPre<StoreState>),
     Postprocess(PostprocessorPre<StoreState>),
+    Preprocess010(v0_1_0::preprocessor::PreprocessorPre<StoreState>),
+    Predict010(v0_1_0::predictor::PredictorPre<StoreState>),
+    Postprocess010(v0_1_0::postprocessor::PostprocessorPre<StoreState>),
 }
 
 enum Exports {
     Preprocess(Preprocessor),
     Predict(Predictor),
     Postprocess(Postprocessor),
+    Preprocess010(v0_1_0::preprocessor::Preprocessor),
+    Predict010(v0_1_0::predictor::Predictor),
+    Postprocess010(v0_1_0::postprocessor::Postprocessor),
 }
 
 /// A compiled, linked stage from which instances are made in microseconds.
 pub struct StageTemplate {
     kind: StageKind,
     file: PathBuf,
+    wit_version: WitVersion,
     pre: Pre,
     runtime: Runtime,
     model_dir: PathBuf,
@@ -106,17 +116,38 @@ impl StageTemplate {
         let bytes = super::compile::read_plugin(file).map_err(load_error)?;
         let (component, compiled) =
             super::compile::compile(runtime, bytes, limits.compile_timeout).map_err(load_error)?;
+        // Before linking: a version this host does not know would fail there, less clearly.
+        let wit_version = WitVersion::of_component(&component, runtime.engine()).map_err(load_error)?;
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(|e| {
             load_error(format!(
                 "cannot link (imports something the sandbox does not offer?): {e:#}"
             ))
         })?;
-        let wrong_world =
-            |e: wasmtime::Error| load_error(format!("does not implement the `{}` world: {e:#}", world(kind)));
-        let pre = match kind {
-            StageKind::Preprocess => Pre::Preprocess(PreprocessorPre::new(instance_pre).map_err(wrong_world)?),
-            StageKind::Predict => Pre::Predict(PredictorPre::new(instance_pre).map_err(wrong_world)?),
-            StageKind::Postprocess => Pre::Postprocess(PostprocessorPre::new(instance_pre).map_err(wrong_world)?),
+        let wrong_world = |e: wasmtime::Error| {
+            load_error(format!(
+                "does not implement the `{}` world (tensorplug:plugin@{wit_version}): {e:#}",
+                world(kind)
+            ))
+        };
+        let pre = match (kind, wit_version) {
+            (StageKind::Preprocess, WitVersion::V0_2_0) => {
+                Pre::Preprocess(PreprocessorPre::new(instance_pre).map_err(wrong_world)?)
+            }
+            (StageKind::Predict, WitVersion::V0_2_0) => {
+                Pre::Predict(PredictorPre::new(instance_pre).map_err(wrong_world)?)
+            }
+            (StageKind::Postprocess, WitVersion::V0_2_0) => {
+                Pre::Postprocess(PostprocessorPre::new(instance_pre).map_err(wrong_world)?)
+            }
+            (StageKind::Preprocess, WitVersion::V0_1_0) => {
+                Pre::Preprocess010(v0_1_0::preprocessor::PreprocessorPre::new(instance_pre).map_err(wrong_world)?)
+            }
+            (StageKind::Predict, WitVersion::V0_1_0) => {
+                Pre::Predict010(v0_1_0::predictor::PredictorPre::new(instance_pre).map_err(wrong_world)?)
+            }
+            (StageKind::Postprocess, WitVersion::V0_1_0) => {
+                Pre::Postprocess010(v0_1_0::postprocessor::PostprocessorPre::new(instance_pre).map_err(wrong_world)?)
+            }
         };
         let parameters = parameters
             .iter()
@@ -128,6 +159,7 @@ impl StageTemplate {
         Ok(Arc::new(Self {
             kind,
             file: file.to_path_buf(),
+            wit_version,
             pre,
             runtime: runtime.clone(),
             model_dir: model_dir.to_path_buf(),
@@ -147,6 +179,11 @@ impl StageTemplate {
         self.compiled
     }
 
+    /// The `tensorplug:plugin` version the stage was built against.
+    pub fn wit_version(&self) -> WitVersion {
+        self.wit_version
+    }
+
     /// A fresh instance, initialised with the model's parameters; instantiation and
     /// `init` together end by the init deadline, whatever the plugin does.
     pub fn instantiate(self: &Arc<Self>) -> Result<StageInstance, RuntimeError> {
@@ -164,11 +201,17 @@ impl StageTemplate {
                 Pre::Preprocess(pre) => pre.instantiate_async(&mut store).await.map(Exports::Preprocess),
                 Pre::Predict(pre) => pre.instantiate_async(&mut store).await.map(Exports::Predict),
                 Pre::Postprocess(pre) => pre.instantiate_async(&mut store).await.map(Exports::Postprocess),
+                Pre::Preprocess010(pre) => pre.instantiate_async(&mut store).await.map(Exports::Preprocess010),
+                Pre::Predict010(pre) => pre.instantiate_async(&mut store).await.map(Exports::Predict010),
+                Pre::Postprocess010(pre) => pre.instantiate_async(&mut store).await.map(Exports::Postprocess010),
             }?;
             let answer = match &exports {
                 Exports::Preprocess(e) => e.call_init(&mut store, params).await,
                 Exports::Predict(e) => e.call_init(&mut store, params).await,
                 Exports::Postprocess(e) => e.call_init(&mut store, params).await,
+                Exports::Preprocess010(e) => e.call_init(&mut store, params).await,
+                Exports::Predict010(e) => e.call_init(&mut store, params).await,
+                Exports::Postprocess010(e) => e.call_init(&mut store, params).await,
             }?;
             Ok::<_, wasmtime::Error>((exports, answer))
         });
@@ -229,7 +272,11 @@ impl StageInstance {
         let answer = call(&self.template, store, async |store| match exports {
             Exports::Preprocess(e) => e.call_preprocess(store, &lent).await,
             Exports::Postprocess(e) => e.call_postprocess(store, &lent).await,
-            Exports::Predict(_) => Err(wasmtime::Error::msg("map_items called on a predict stage")),
+            Exports::Preprocess010(e) => e.call_preprocess(store, &lent).await,
+            Exports::Postprocess010(e) => e.call_postprocess(store, &lent).await,
+            Exports::Predict(_) | Exports::Predict010(_) => {
+                Err(wasmtime::Error::msg("map_items called on a predict stage"))
+            }
         });
         for (slot, item) in slots.iter_mut().zip(lent) {
             **slot = item.into_iter().map(from_wit).collect();
@@ -251,6 +298,7 @@ impl StageInstance {
         let (exports, store) = (&self.exports, &mut self.store);
         let answer = call(&self.template, store, async |store| match exports {
             Exports::Predict(e) => e.call_predict(store, &batch).await,
+            Exports::Predict010(e) => e.call_predict(store, &batch).await,
             _ => Err(wasmtime::Error::msg("predict called on a non-predict stage")),
         })?;
         Ok(answer
