@@ -1,7 +1,8 @@
-//! `tensorplug new`: each language's scaffold, generated into a temporary folder, builds
-//! with its own build.sh (Rust sharing the repository's target folder, so the SDK's
-//! dependencies are reused) and its model folder serves as generated: `y = 2 * x` over
-//! HTTP, and the plugin's own 422 for a negative item, alone in its batch.
+//! `tensorplug new`: each language's scaffold of each stage, generated into a temporary
+//! folder, builds with its own build.sh (Rust sharing the repository's target folder, so
+//! the SDK's dependencies are reused) and its model folder serves as generated:
+//! `y = 2 * x` over HTTP, and the stage's own 422 for the item it refuses, alone in its
+//! batch.
 
 use std::path::Path;
 use std::process::Command;
@@ -13,10 +14,10 @@ use common::{output_f32, TestServer};
 use tensorplug::app::new::{scaffold, NewLanguage, NewProject, NewStage};
 
 /// Scaffolds `name` in `language` under `parent` and runs its build.sh.
-fn build(parent: &Path, name: &str, language: NewLanguage) {
+fn build(parent: &Path, name: &str, stage: NewStage, language: NewLanguage) {
     let project = NewProject {
         name: name.into(),
-        stage: NewStage::Predict,
+        stage,
         language,
         parent: parent.into(),
         sdk: None,
@@ -34,24 +35,44 @@ fn build(parent: &Path, name: &str, language: NewLanguage) {
         String::from_utf8_lossy(&built.stdout),
         String::from_utf8_lossy(&built.stderr)
     );
-    eprintln!("new: {name} ({language:?}) built in {:.1?}", started.elapsed());
+    eprintln!("new: {name} built in {:.1?}", started.elapsed());
+}
+
+/// An item each stage refuses, and what its 422's message says.
+fn refused(stage: NewStage) -> (f32, &'static str) {
+    match stage {
+        NewStage::Preprocess => (-2.0, "is negative (checked by preprocess)"),
+        NewStage::Predict => (-2.0, "is negative"),
+        NewStage::Postprocess => (60.0, "is over 100 (checked by postprocess)"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn new_scaffolds_build_and_serve_as_generated() {
+    let started = Instant::now();
     let parent = tempfile::tempdir().unwrap();
     let languages = [
-        ("double-rust", NewLanguage::Rust),
-        ("double-c", NewLanguage::C),
-        ("double-cpp", NewLanguage::Cpp),
+        ("rust", NewLanguage::Rust),
+        ("c", NewLanguage::C),
+        ("cpp", NewLanguage::Cpp),
     ];
-    for (name, language) in languages {
-        build(parent.path(), name, language);
+    let stages = [
+        ("pre", NewStage::Preprocess),
+        ("predict", NewStage::Predict),
+        ("post", NewStage::Postprocess),
+    ];
+    let mut projects = Vec::new();
+    for (language_name, language) in languages {
+        for (stage_name, stage) in stages {
+            let name = format!("{stage_name}-{language_name}");
+            build(parent.path(), &name, stage, language);
+            projects.push((name, stage));
+        }
     }
-    // One repository serving the three model folders, as `tensorplug serve` would.
+    // One repository serving every model folder, as `tensorplug serve` would.
     let repository = parent.path().join("models");
     std::fs::create_dir(&repository).unwrap();
-    for (name, _) in languages {
+    for (name, _) in &projects {
         std::fs::rename(
             parent.path().join(name).join("models").join(name),
             repository.join(name),
@@ -59,22 +80,28 @@ async fn new_scaffolds_build_and_serve_as_generated() {
         .unwrap();
     }
     let server = TestServer::start(&repository).await;
-    for (name, _) in languages {
+    for (name, stage) in &projects {
         let (status, body) = server.post_items(name, &[1.5, 4.0]).await;
         assert_eq!(status, 200, "{name}: {body}");
         assert_eq!(output_f32(&body, "y"), [3.0, 8.0], "{name}: {body}");
 
-        let (status, body) = server.post_items(name, &[1.5, -2.0, 4.0]).await;
+        let (value, message) = refused(*stage);
+        let (status, body) = server.post_items(name, &[1.5, value, 4.0]).await;
         assert_eq!(status, 207, "{name}: {body}");
         let results = body["results"].as_array().unwrap();
         assert_eq!(results.len(), 3, "{name}: {body}");
         assert_eq!(results[1]["status"], 422, "{name}: {body}");
         let error = results[1]["error"].as_str().unwrap();
-        assert!(error.contains("is negative"), "{name}: {error}");
+        assert!(error.contains(message), "{name}: {error}");
         for (i, want) in [(0, 3.0), (2, 8.0)] {
             assert_eq!(results[i]["status"], 200, "{name}: {body}");
             assert_eq!(output_f32(&results[i], "y"), [want], "{name}: {body}");
         }
     }
     server.stop().await;
+    eprintln!(
+        "new: {} projects built and served in {:.1?}",
+        projects.len(),
+        started.elapsed()
+    );
 }

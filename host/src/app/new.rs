@@ -7,10 +7,55 @@
 
 use std::path::{Path, PathBuf};
 
-/// The stage a project implements.
+/// The stage a project implements. A preprocess or postprocess project also gets a
+/// predict stage (`y = 2 * x`) in its language, since a model cannot serve without one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum NewStage {
+    Preprocess,
     Predict,
+    Postprocess,
+}
+
+impl NewStage {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Preprocess => "preprocess",
+            Self::Predict => "predict",
+            Self::Postprocess => "postprocess",
+        }
+    }
+
+    /// The WIT world a component of this stage targets.
+    fn world(self) -> &'static str {
+        match self {
+            Self::Preprocess => "preprocessor",
+            Self::Predict => "predictor",
+            Self::Postprocess => "postprocessor",
+        }
+    }
+
+    /// What the generated model does, for its README.
+    fn what(self) -> &'static str {
+        match self {
+            Self::Preprocess => {
+                "it checks each item's `x` before the predict stage made with it doubles it \
+                 (`y = 2 * x`)."
+            }
+            Self::Predict => "`y = 2 * x` per item.",
+            Self::Postprocess => {
+                "it checks each item's `y` that the predict stage made with it computes \
+                 (`y = 2 * x`)."
+            }
+        }
+    }
+
+    /// The item the stage refuses, for its README.
+    fn rejected(self) -> &'static str {
+        match self {
+            Self::Preprocess | Self::Predict => "an item with a negative `x` fails alone with 422",
+            Self::Postprocess => "an item whose `y` would be over 100 fails alone with 422",
+        }
+    }
 }
 
 /// The language a project is written in (python and js come with their toolchains).
@@ -83,106 +128,157 @@ struct File {
     executable: bool,
 }
 
+/// The stages a project builds: its own, and predict beside a pre- or postprocess one.
+fn built_stages(stage: NewStage) -> Vec<NewStage> {
+    match stage {
+        NewStage::Predict => vec![NewStage::Predict],
+        NewStage::Preprocess => vec![NewStage::Preprocess, NewStage::Predict],
+        NewStage::Postprocess => vec![NewStage::Predict, NewStage::Postprocess],
+    }
+}
+
+/// The Rust source of a stage.
+fn rust_source(stage: NewStage) -> &'static str {
+    match stage {
+        NewStage::Preprocess => include_str!("../../templates/rust/preprocess.rs"),
+        NewStage::Predict => include_str!("../../templates/rust/predict.rs"),
+        NewStage::Postprocess => include_str!("../../templates/rust/postprocess.rs"),
+    }
+}
+
+/// The C or C++ source of a stage.
+fn c_source(stage: NewStage, cpp: bool) -> &'static str {
+    match (stage, cpp) {
+        (NewStage::Preprocess, false) => include_str!("../../templates/c/preprocess.c"),
+        (NewStage::Predict, false) => include_str!("../../templates/c/predict.c"),
+        (NewStage::Postprocess, false) => include_str!("../../templates/c/postprocess.c"),
+        (NewStage::Preprocess, true) => include_str!("../../templates/cpp/preprocess.cpp"),
+        (NewStage::Predict, true) => include_str!("../../templates/cpp/predict.cpp"),
+        (NewStage::Postprocess, true) => include_str!("../../templates/cpp/postprocess.cpp"),
+    }
+}
+
+/// `path`, or `default`, as an absolute path's text (build scripts run from anywhere).
+fn absolute_text(path: &Option<PathBuf>, default: PathBuf) -> String {
+    let path = path.clone().unwrap_or(default);
+    std::path::absolute(&path).unwrap_or(path).display().to_string()
+}
+
 /// The files of `project`, filled in.
 fn files(project: &NewProject) -> Vec<File> {
     let name = project.name.as_str();
     let crate_name = name.replace('-', "_");
     let repository = repository();
-    let path_text = |path: &Option<PathBuf>, default: PathBuf| {
-        let path = path.clone().unwrap_or(default);
-        std::path::absolute(&path).unwrap_or(path).display().to_string()
-    };
-    let stage = "predict";
-    let what = "`y = 2 * x` per item.";
+    let stage = project.stage;
+    let stages = built_stages(stage);
     let mut values = vec![
         ("name", name.to_owned()),
-        ("crate", crate_name),
-        ("stage", stage.to_owned()),
-        ("what", what.to_owned()),
-        ("stages", format!("{stage} = \"{stage}.wasm\"")),
+        ("stage", stage.as_str().to_owned()),
+        ("what", stage.what().to_owned()),
+        ("rejected", stage.rejected().to_owned()),
+        (
+            "stages",
+            stages
+                .iter()
+                .map(|s| format!("{0} = \"{0}.wasm\"", s.as_str()))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
     ];
-    let (language, source, templates): (&str, &str, Vec<(&str, &str)>) = match project.language {
+    let mut templates: Vec<(String, &str)> = Vec::new();
+    let (language, source) = match project.language {
         NewLanguage::Rust => {
-            values.push(("sdk", path_text(&project.sdk, repository.join("guest-sdk"))));
-            (
-                "Rust",
-                "src/lib.rs",
-                vec![
-                    ("Cargo.toml", include_str!("../../templates/rust/Cargo.toml")),
-                    (".cargo/config.toml", include_str!("../../templates/rust/config.toml")),
-                    ("build.sh", include_str!("../../templates/rust/build.sh")),
-                    ("src/lib.rs", include_str!("../../templates/rust/predict.rs")),
-                ],
-            )
+            let companion = stage != NewStage::Predict;
+            let mut artifacts = vec![format!("{crate_name}:{}", stage.as_str())];
+            if companion {
+                artifacts.push(format!("{crate_name}_predict:predict"));
+                templates.push((
+                    "predict/Cargo.toml".into(),
+                    include_str!("../../templates/rust/predict-Cargo.toml"),
+                ));
+                templates.push(("predict/src/lib.rs".into(), rust_source(NewStage::Predict)));
+            }
+            values.extend([
+                ("sdk", absolute_text(&project.sdk, repository.join("guest-sdk"))),
+                ("members", if companion { "\"predict\"" } else { "" }.to_owned()),
+                ("artifacts", artifacts.join(" ")),
+            ]);
+            templates.extend([
+                ("Cargo.toml".into(), include_str!("../../templates/rust/Cargo.toml")),
+                // The repository's lock: the same dependency versions as its examples,
+                // so a build needs no registry and reuses a shared target folder's.
+                ("Cargo.lock".into(), include_str!("../../../examples/Cargo.lock")),
+                (
+                    ".cargo/config.toml".into(),
+                    include_str!("../../templates/rust/config.toml"),
+                ),
+                ("build.sh".into(), include_str!("../../templates/rust/build.sh")),
+                ("src/lib.rs".into(), rust_source(stage)),
+            ]);
+            ("Rust", "src/lib.rs".to_owned())
         }
         NewLanguage::C | NewLanguage::Cpp => {
             let cpp = project.language == NewLanguage::Cpp;
-            let (sdk, source, compiler, std, header, bindgen, ext) = if cpp {
+            let (sdk, ext, compiler, std, header) = if cpp {
                 (
                     "sdk/cpp",
-                    "predict.cpp",
+                    "cpp",
                     "clang++-19",
                     "-std=c++23 -fno-exceptions",
                     "tensorplug.hpp",
-                    "cpp",
-                    "cpp",
                 )
             } else {
-                ("sdk/c", "predict.c", "clang-19", "-std=c17", "tensorplug.h", "c", "c")
+                ("sdk/c", "c", "clang-19", "-std=c17", "tensorplug.h")
             };
             let wit_bindgen = repository.join("target/toolchains/bin/wit-bindgen");
             let wit_bindgen = if wit_bindgen.exists() {
-                path_text(&None, wit_bindgen)
+                absolute_text(&None, wit_bindgen)
             } else {
                 "wit-bindgen".to_owned()
             };
+            let stage_lines: Vec<String> = stages
+                .iter()
+                .map(|s| format!("stage {} {}.{ext} {}", s.world(), s.as_str(), s.as_str()))
+                .collect();
+            for s in &stages {
+                templates.push((format!("{}.{ext}", s.as_str()), c_source(*s, cpp)));
+            }
+            templates.push(("build.sh".into(), include_str!("../../templates/c/build.sh")));
             values.extend([
-                ("sdk", path_text(&project.sdk, repository.join(sdk))),
-                ("wit", path_text(&project.wit, repository.join("wit"))),
+                ("sdk", absolute_text(&project.sdk, repository.join(sdk))),
+                ("wit", absolute_text(&project.wit, repository.join("wit"))),
                 ("wit_bindgen", wit_bindgen),
-                ("world", "predictor".to_owned()),
                 ("compiler", compiler.to_owned()),
                 ("std", std.to_owned()),
                 ("header", header.to_owned()),
-                ("bindgen_lang", bindgen.to_owned()),
+                ("bindgen_lang", ext.to_owned()),
                 ("ext", ext.to_owned()),
-                ("source", source.to_owned()),
+                ("stage_lines", stage_lines.join("\n")),
                 ("cpp_needs", if cpp { ", libc++ for wasm32" } else { "" }.to_owned()),
             ]);
-            let code = if cpp {
-                include_str!("../../templates/cpp/predict.cpp")
-            } else {
-                include_str!("../../templates/c/predict.c")
-            };
-            (
-                if cpp { "C++" } else { "C" },
-                source,
-                vec![("build.sh", include_str!("../../templates/c/build.sh")), (source, code)],
-            )
+            (if cpp { "C++" } else { "C" }, format!("{}.{ext}", stage.as_str()))
         }
     };
     values.push(("language", language.to_owned()));
-    values.push(("source", source.to_owned()));
+    values.push(("source", source));
+    templates.push((
+        format!("models/{name}/model.toml"),
+        include_str!("../../templates/common/model.toml"),
+    ));
+    templates.push(("README.md".into(), include_str!("../../templates/common/README.md")));
     let values: Vec<(&str, &str)> = values.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut out: Vec<File> = templates
+    templates
         .into_iter()
         .map(|(path, text)| File {
-            path: path.to_owned(),
-            text: fill(text, &values),
             executable: path.ends_with(".sh"),
+            text: if path == "Cargo.lock" {
+                text.to_owned()
+            } else {
+                fill(text, &values)
+            },
+            path,
         })
-        .collect();
-    out.push(File {
-        path: format!("models/{name}/model.toml"),
-        text: fill(include_str!("../../templates/common/model.toml"), &values),
-        executable: false,
-    });
-    out.push(File {
-        path: "README.md".to_owned(),
-        text: fill(include_str!("../../templates/common/README.md"), &values),
-        executable: false,
-    });
-    out
+        .collect()
 }
 
 /// Makes the project folder `parent/name` and writes its files; returns the folder.
@@ -216,10 +312,10 @@ pub fn scaffold(project: &NewProject) -> Result<PathBuf, NewError> {
 mod tests {
     use super::*;
 
-    fn project(name: &str, language: NewLanguage, parent: &Path) -> NewProject {
+    fn project(name: &str, stage: NewStage, language: NewLanguage, parent: &Path) -> NewProject {
         NewProject {
             name: name.into(),
-            stage: NewStage::Predict,
+            stage,
             language,
             parent: parent.into(),
             sdk: None,
@@ -247,21 +343,36 @@ mod tests {
     #[test]
     fn new_leaves_no_placeholder_and_refuses_an_existing_folder() {
         let parent = tempfile::tempdir().unwrap();
-        for (name, language) in [
+        let languages = [
             ("r", NewLanguage::Rust),
             ("c", NewLanguage::C),
             ("cpp", NewLanguage::Cpp),
-        ] {
-            let root = scaffold(&project(name, language, parent.path())).unwrap();
-            assert!(root.join(format!("models/{name}/model.toml")).is_file());
-            for file in files(&project(name, language, parent.path())) {
+        ];
+        let stages = [NewStage::Preprocess, NewStage::Predict, NewStage::Postprocess];
+        for ((language_name, language), stage) in languages.into_iter().flat_map(|l| stages.map(|s| (l, s))) {
+            let name = format!("{language_name}-{}", stage.as_str());
+            let project = project(&name, stage, language, parent.path());
+            let root = scaffold(&project).unwrap();
+            let model = std::fs::read_to_string(root.join(format!("models/{name}/model.toml"))).unwrap();
+            assert!(
+                model.contains(&format!("{0} = \"{0}.wasm\"", stage.as_str())),
+                "{model}"
+            );
+            assert!(model.contains("predict = \"predict.wasm\""), "{model}");
+            for file in files(&project) {
                 assert!(!file.text.contains("{{"), "{name}: {} keeps a placeholder", file.path);
                 assert!(root.join(&file.path).is_file(), "{}", file.path);
             }
-            let again = scaffold(&project(name, language, parent.path())).unwrap_err();
+            let again = scaffold(&project).unwrap_err();
             assert!(matches!(again, NewError::Exists(_)), "{again}");
         }
-        let bad = scaffold(&project("Bad Name", NewLanguage::Rust, parent.path())).unwrap_err();
+        let bad = scaffold(&project(
+            "Bad Name",
+            NewStage::Predict,
+            NewLanguage::Rust,
+            parent.path(),
+        ))
+        .unwrap_err();
         assert!(matches!(bad, NewError::InvalidName(_)), "{bad}");
         assert!(!parent.path().join("Bad Name").exists());
     }
