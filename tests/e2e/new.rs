@@ -15,14 +15,7 @@ use tensorplug::app::new::{scaffold, NewLanguage, NewProject, NewStage};
 
 /// Scaffolds `name` in `language` under `parent` and runs its build.sh.
 fn build(parent: &Path, name: &str, stage: NewStage, language: NewLanguage) {
-    let project = NewProject {
-        name: name.into(),
-        stage,
-        language,
-        parent: parent.into(),
-        sdk: None,
-        wit: None,
-    };
+    let project = NewProject::new(name, stage, language, parent);
     let root = scaffold(&project).unwrap();
     let started = Instant::now();
     let built = Command::new(root.join("build.sh"))

@@ -1,7 +1,7 @@
 //! The command line: every server setting, with its environment variable and default.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -69,12 +69,9 @@ impl NewConfig {
     /// The project these flags describe, made in the current folder.
     pub fn project(&self) -> NewProject {
         NewProject {
-            name: self.name.clone(),
-            stage: self.stage,
-            language: self.language,
-            parent: PathBuf::from("."),
             sdk: self.sdk.clone(),
             wit: self.wit.clone(),
+            ..NewProject::new(&self.name, self.stage, self.language, Path::new("."))
         }
     }
 }

@@ -80,6 +80,20 @@ pub struct NewProject {
     pub wit: Option<PathBuf>,
 }
 
+impl NewProject {
+    /// A project with this repository's SDK and WIT.
+    pub fn new(name: &str, stage: NewStage, language: NewLanguage, parent: &Path) -> Self {
+        Self {
+            name: name.to_owned(),
+            stage,
+            language,
+            parent: parent.to_owned(),
+            sdk: None,
+            wit: None,
+        }
+    }
+}
+
 /// Why a project was not made.
 #[derive(Debug, thiserror::Error)]
 pub enum NewError {
@@ -137,25 +151,38 @@ fn built_stages(stage: NewStage) -> Vec<NewStage> {
     }
 }
 
-/// The Rust source of a stage.
+/// The Rust source of a stage (pre- and postprocess share one, filled per stage).
 fn rust_source(stage: NewStage) -> &'static str {
     match stage {
-        NewStage::Preprocess => include_str!("../../templates/rust/preprocess.rs"),
         NewStage::Predict => include_str!("../../templates/rust/predict.rs"),
-        NewStage::Postprocess => include_str!("../../templates/rust/postprocess.rs"),
+        NewStage::Preprocess | NewStage::Postprocess => include_str!("../../templates/rust/check.rs"),
     }
 }
 
-/// The C or C++ source of a stage.
+/// The C or C++ source of a stage (pre- and postprocess share one, filled per stage).
 fn c_source(stage: NewStage, cpp: bool) -> &'static str {
-    match (stage, cpp) {
-        (NewStage::Preprocess, false) => include_str!("../../templates/c/preprocess.c"),
-        (NewStage::Predict, false) => include_str!("../../templates/c/predict.c"),
-        (NewStage::Postprocess, false) => include_str!("../../templates/c/postprocess.c"),
-        (NewStage::Preprocess, true) => include_str!("../../templates/cpp/preprocess.cpp"),
-        (NewStage::Predict, true) => include_str!("../../templates/cpp/predict.cpp"),
-        (NewStage::Postprocess, true) => include_str!("../../templates/cpp/postprocess.cpp"),
+    match (stage == NewStage::Predict, cpp) {
+        (true, false) => include_str!("../../templates/c/predict.c"),
+        (false, false) => include_str!("../../templates/c/check.c"),
+        (true, true) => include_str!("../../templates/cpp/predict.cpp"),
+        (false, true) => include_str!("../../templates/cpp/check.cpp"),
     }
+}
+
+/// The values a pre- or postprocess source is filled with: the tensor it checks, where it
+/// goes, and what it refuses (as code and as words).
+fn check_values(stage: NewStage) -> [(&'static str, &'static str); 5] {
+    let (stage_title, tensor, flow, refused_if, refusal) = match stage {
+        NewStage::Postprocess => ("Postprocess", "y", " to the client", "> 100.0", "is over 100"),
+        _ => ("Preprocess", "x", " to predict", "< 0.0", "is negative"),
+    };
+    [
+        ("Stage", stage_title),
+        ("tensor", tensor),
+        ("flow", flow),
+        ("refused_if", refused_if),
+        ("refusal", refusal),
+    ]
 }
 
 /// `path`, or `default`, as an absolute path's text (build scripts run from anywhere).
@@ -171,7 +198,8 @@ fn files(project: &NewProject) -> Vec<File> {
     let repository = repository();
     let stage = project.stage;
     let stages = built_stages(stage);
-    let mut values = vec![
+    let mut values: Vec<(&str, String)> = check_values(stage).map(|(k, v)| (k, v.to_owned())).into();
+    values.extend([
         ("name", name.to_owned()),
         ("stage", stage.as_str().to_owned()),
         ("what", stage.what().to_owned()),
@@ -184,7 +212,8 @@ fn files(project: &NewProject) -> Vec<File> {
                 .collect::<Vec<_>>()
                 .join("\n"),
         ),
-    ];
+        ("world", stage.world().to_owned()),
+    ]);
     let mut templates: Vec<(String, &str)> = Vec::new();
     let (language, source) = match project.language {
         NewLanguage::Rust => {
@@ -312,17 +341,6 @@ pub fn scaffold(project: &NewProject) -> Result<PathBuf, NewError> {
 mod tests {
     use super::*;
 
-    fn project(name: &str, stage: NewStage, language: NewLanguage, parent: &Path) -> NewProject {
-        NewProject {
-            name: name.into(),
-            stage,
-            language,
-            parent: parent.into(),
-            sdk: None,
-            wit: None,
-        }
-    }
-
     #[test]
     fn new_names_must_be_crate_and_model_names() {
         for good in ["a", "my-plugin", "doubler_2"] {
@@ -351,7 +369,7 @@ mod tests {
         let stages = [NewStage::Preprocess, NewStage::Predict, NewStage::Postprocess];
         for ((language_name, language), stage) in languages.into_iter().flat_map(|l| stages.map(|s| (l, s))) {
             let name = format!("{language_name}-{}", stage.as_str());
-            let project = project(&name, stage, language, parent.path());
+            let project = NewProject::new(&name, stage, language, parent.path());
             let root = scaffold(&project).unwrap();
             let model = std::fs::read_to_string(root.join(format!("models/{name}/model.toml"))).unwrap();
             assert!(
@@ -366,7 +384,7 @@ mod tests {
             let again = scaffold(&project).unwrap_err();
             assert!(matches!(again, NewError::Exists(_)), "{again}");
         }
-        let bad = scaffold(&project(
+        let bad = scaffold(&NewProject::new(
             "Bad Name",
             NewStage::Predict,
             NewLanguage::Rust,
