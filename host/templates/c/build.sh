@@ -16,7 +16,9 @@ rm -rf build && mkdir -p build
 # there is no main) without debug info (wasi-libc's carries it and would triple the size).
 stage() {
     local world="$1" source="$2" stage="$3"
-    "$wit_bindgen" {{bindgen_lang}} "$wit" --world "$world" --out-dir "build/$world" >/dev/null
+    local said
+    said="$("$wit_bindgen" {{bindgen_lang}} "$wit" --world "$world" --out-dir "build/$world" 2>&1)" ||
+        { echo "build.sh: wit-bindgen failed: $said" >&2; exit 1; }
     {{compiler}} --target=wasm32-wasi -mexec-model=reactor -O2 -msimd128 -Wall -Wextra -Werror -Wl,--strip-debug \
         {{std}} -I"build/$world" -I"$sdk" -o "build/$stage.wasm" \
         "$source" "build/$world/$world.{{ext}}" "build/$world/${world}_component_type.o"
