@@ -18,8 +18,13 @@ fn build(parent: &Path, name: &str, stage: NewStage, language: NewLanguage) {
     let project = NewProject::new(name, stage, language, parent);
     let root = scaffold(&project).unwrap();
     let started = Instant::now();
+    // This build's target folder (CI may move it), with the toolchains installed there
+    // (scripts/toolchains.sh) unless TENSORPLUG_TOOLCHAINS says where they are.
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap();
+    let tools = std::env::var_os("TENSORPLUG_TOOLCHAINS").map_or_else(|| target.join("toolchains"), Into::into);
     let built = Command::new(root.join("build.sh"))
-        .env("CARGO_TARGET_DIR", common::root().join("target"))
+        .env("CARGO_TARGET_DIR", target)
+        .env("WIT_BINDGEN", tools.join("bin/wit-bindgen"))
         .output()
         .unwrap();
     assert!(
