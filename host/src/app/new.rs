@@ -110,7 +110,8 @@ pub enum NewError {
 
 /// The repository this binary was built from: its SDKs and WIT are the defaults.
 fn repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    let host = Path::new(env!("CARGO_MANIFEST_DIR"));
+    host.parent().map_or_else(|| host.join(".."), Path::to_path_buf)
 }
 
 /// Checks that `name` works as a crate name, a folder name and a model name in a URL.
