@@ -34,6 +34,11 @@ async fn main() -> anyhow::Result<()> {
             let code = tensorplug::batch::run(config.options()).await;
             std::process::exit(code);
         }
+        Command::New(config) => {
+            let root = tensorplug::app::new::scaffold(&config.project())?;
+            println!("made {}: see its README.md (build, serve, curl)", root.display());
+            Ok(())
+        }
         Command::Check(config) => {
             tensorplug::app::telemetry::init("error", Default::default());
             let runtime = tensorplug::runtime::Runtime::new(config.cache.resolved_dir().as_deref())?;

@@ -23,6 +23,7 @@ mod logs;
 mod metadata;
 mod metrics;
 mod metrics_hostile;
+mod new;
 mod nn;
 mod repository;
 mod sandbox;

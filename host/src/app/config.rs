@@ -1,12 +1,13 @@
 //! The command line: every server setting, with its environment variable and default.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
 pub use crate::api::repository::{ModelControl, RepositoryApi};
+use crate::app::new::{NewLanguage, NewProject, NewStage};
 use crate::app::telemetry::LogFormat;
 pub use crate::batch::TransportKind;
 
@@ -33,6 +34,46 @@ pub enum Command {
     /// with its status and error), 1 usage or setup error (nothing was inferred), 130
     /// interrupted (rerun with --resume to answer the rest).
     Infer(InferConfig),
+    /// Scaffold a plugin project in a new folder NAME: the stage's sources, a build.sh, a
+    /// model folder (models/NAME) that serves once built, and a README with the commands.
+    New(NewConfig),
+}
+
+/// Settings of `tensorplug new`.
+#[derive(Clone, Debug, Args)]
+pub struct NewConfig {
+    /// The project's name: its folder, crate and model name (lowercase letters, digits,
+    /// `-`, `_`; a letter first).
+    pub name: String,
+
+    /// The stage the plugin implements.
+    #[arg(long, value_enum, default_value_t = NewStage::Predict)]
+    pub stage: NewStage,
+
+    /// The language it is written in (python and js are not supported yet).
+    #[arg(long = "lang", value_enum, default_value_t = NewLanguage::Rust)]
+    pub language: NewLanguage,
+
+    /// Rust: the guest SDK crate to depend on; C and C++: the folder of the SDK header
+    /// (default: this tensorplug's own guest-sdk/, sdk/c/ or sdk/cpp/).
+    #[arg(long, env = "TENSORPLUG_SDK")]
+    pub sdk: Option<PathBuf>,
+
+    /// C and C++: the WIT folder the bindings are generated from (default: this
+    /// tensorplug's own wit/).
+    #[arg(long, env = "TENSORPLUG_WIT")]
+    pub wit: Option<PathBuf>,
+}
+
+impl NewConfig {
+    /// The project these flags describe, made in the current folder.
+    pub fn project(&self) -> NewProject {
+        NewProject {
+            sdk: self.sdk.clone(),
+            wit: self.wit.clone(),
+            ..NewProject::new(&self.name, self.stage, self.language, Path::new("."))
+        }
+    }
 }
 
 /// Settings of `tensorplug infer`. The flags `mlserver infer` has keep its names and
