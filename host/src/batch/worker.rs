@@ -37,6 +37,7 @@ use super::progress::Counters;
 use super::random::new_inference_id;
 use super::retry::RetryPolicy;
 use super::stop::Stop;
+use super::transport::local::Local;
 use super::transport::{Failure, Reply, Transport};
 
 /// One of the `--workers` request loops.
@@ -89,10 +90,9 @@ impl Worker {
                 return;
             };
             let pending: Vec<Pending> = group.into_iter().map(Pending::new).collect();
-            let resolved = if self.transport.merges_lines() {
-                self.resolve(pending, None, None).await
-            } else {
-                self.resolve_each(pending).await
+            let resolved = match self.transport.in_process() {
+                Some(local) => self.resolve_each(local, pending).await,
+                None => self.resolve(pending, None, None).await,
             };
             for resolved in resolved {
                 if resolved.retried {
@@ -112,7 +112,7 @@ impl Worker {
     /// into items there and stacked again, and the answer split back). They carry the
     /// group's one id, as the merged request would have. Each line is then resolved from
     /// its own answer, retried alone if it has to be.
-    async fn resolve_each(&self, group: Vec<Pending>) -> Vec<Resolved> {
+    async fn resolve_each(&self, local: &Local, group: Vec<Pending>) -> Vec<Resolved> {
         if group.len() == 1 {
             return self.resolve(group, None, None).await;
         }
@@ -125,7 +125,7 @@ impl Worker {
                 request
             })
             .collect();
-        let replies = self.transport.infer_each(requests).await;
+        let replies = local.infer_many(requests).await;
         let each = group
             .into_iter()
             .zip(replies)

@@ -4,7 +4,7 @@
 //! retry could help; and before the run, checks that the model is there ([`ModelInfo`]).
 
 mod grpc;
-mod local;
+pub(crate) mod local;
 mod rest;
 
 use std::time::Duration;
@@ -148,12 +148,16 @@ impl Transport {
         }
     }
 
-    /// Whether a group of lines goes as one merged request: over a wire, where it saves
-    /// round trips. In-process the lines' requests are handed over as they are
-    /// ([`Transport::infer_each`]) and the serving batcher stacks their items (a merged
+    /// The in-process transport, if this is it: there a group of lines is not merged
+    /// into one request but handed over as the lines' own requests
+    /// ([`local::Local::infer_many`]), and the serving batcher stacks their items (a merged
     /// request would be split into items there and stacked again, its answer split back).
-    pub(crate) fn merges_lines(&self) -> bool {
-        !matches!(self, Transport::Local(_))
+    /// Over a wire, merging saves round trips.
+    pub(crate) fn in_process(&self) -> Option<&local::Local> {
+        match self {
+            Transport::Local(local) => Some(local),
+            Transport::Rest(_) | Transport::Grpc(_) => None,
+        }
     }
 
     /// Sends one request and waits (at most `--timeout`) for its answer.
@@ -162,21 +166,6 @@ impl Transport {
             Transport::Rest(t) => t.infer(request).await,
             Transport::Grpc(t) => t.infer(request).await,
             Transport::Local(t) => t.infer(request).await,
-        }
-    }
-
-    /// Sends the requests of lines that are not merged ([`Transport::merges_lines`]): in
-    /// process, at once, their items batched together; each gets its own answer.
-    pub(crate) async fn infer_each(&self, requests: Vec<InferRequest>) -> Vec<Result<Reply, Failure>> {
-        match self {
-            Transport::Local(t) => t.infer_many(requests).await,
-            Transport::Rest(_) | Transport::Grpc(_) => {
-                let mut replies = Vec::with_capacity(requests.len());
-                for request in requests {
-                    replies.push(self.infer(request).await);
-                }
-                replies
-            }
         }
     }
 
