@@ -3,6 +3,7 @@
 # them components at load) and copies them into their model folders:
 #   examples/digits-c/predict.c      -> examples/models/digits-c/predict.wasm
 #   examples/digits-cpp/predict.cpp  -> examples/models/digits-cpp/predict.wasm
+#   examples/digits-mixed/preprocess.c -> examples/models/digits-mixed/preprocess.wasm
 # The model folders' Rust stages come from scripts/build-plugins.sh, which calls this
 # script after building them. Bindings come from `wit-bindgen c|cpp` over wit/ into
 # <target>/c-plugins/, the SDK headers from sdk/c and sdk/cpp.
@@ -63,6 +64,11 @@ awk '/^```c$/ { on = 1; next } /^```$/ && on { exit } on' sdk/c/README.md >"$wor
 [[ -s "$work/readme-example.c" ]] || fail "sdk/c/README.md has no \`\`\`c example"
 clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/readme-example.wasm" \
     "$work/readme-example.c" "$gen/predictor.c" "$gen/predictor_component_type.o"
+
+gen="$(bindings c preprocessor)"
+clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/digits-mixed-preprocess.wasm" \
+    examples/digits-mixed/preprocess.c "$gen/preprocessor.c" "$gen/preprocessor_component_type.o" -lm
+copy "$work/digits-mixed-preprocess.wasm" examples/models/digits-mixed/preprocess.wasm
 
 gen="$(bindings cpp predictor)"
 clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "$work/digits-cpp-predict.wasm" \

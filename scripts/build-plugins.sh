@@ -4,8 +4,11 @@
 #   examples/digits/{preprocess,predict,postprocess} -> examples/models/digits/*.wasm
 #   examples/digits-onnx/predict (+ digits' pre/postprocess) -> examples/models/digits-onnx/*.wasm
 #     and the same three                     -> examples/models/digits-cnn/*.wasm
-#   digits' pre/postprocess                  -> examples/models/digits-c{,pp}/*.wasm
-#     (whose predict, in C and C++, scripts/build-c-plugins.sh builds, called last)
+#   digits' pre/postprocess                  -> examples/models/digits-{c,cpp,python,js}/*.wasm
+#     (whose predict, in C, C++, Python and JavaScript, scripts/build-c-plugins.sh,
+#     build-python-plugins.sh and build-js-plugins.sh build, called last; they also build
+#     the three stages of examples/models/digits-mixed and the test plugins in those
+#     languages)
 #   tests/plugins/faulty                             -> tests/models/faulty/predict.wasm
 #   tests/plugins/faulty, as a wasm32-wasip1 core module -> tests/models/faulty-p1/predict.wasm
 #   tests/plugins/faulty-pre + tests/plugins/faulty  -> tests/models/faulty-pipeline/
@@ -62,13 +65,19 @@ copy digits_preprocess.wasm examples/models/digits-c/preprocess.wasm
 copy digits_postprocess.wasm examples/models/digits-c/postprocess.wasm
 copy digits_preprocess.wasm examples/models/digits-cpp/preprocess.wasm
 copy digits_postprocess.wasm examples/models/digits-cpp/postprocess.wasm
+for language in python js; do
+    copy digits_preprocess.wasm "examples/models/digits-$language/preprocess.wasm"
+    copy digits_postprocess.wasm "examples/models/digits-$language/postprocess.wasm"
+done
 copy faulty.wasm tests/models/faulty/predict.wasm
 copy faulty.wasm tests/models/faulty-pipeline/predict.wasm
 copy faulty_pre.wasm tests/models/faulty-pipeline/preprocess.wasm
 out="$target_dir/wasm32-wasip1/plugin"
 copy faulty.wasm tests/models/faulty-p1/predict.wasm
 
-# The C and C++ examples, with their toolchains (scripts/toolchains.sh: pinned, installed
-# once; about a second when they are there already).
-./scripts/toolchains.sh c cpp >/dev/null
+# The C, C++, Python and JavaScript plugins, with their toolchains (scripts/toolchains.sh:
+# pinned, installed once; about a second when they are there already).
+./scripts/toolchains.sh >/dev/null
 ./scripts/build-c-plugins.sh
+./scripts/build-python-plugins.sh
+./scripts/build-js-plugins.sh

@@ -3,8 +3,10 @@
 # any failure stops it with a non-zero status:
 #   1. `cargo fmt --check` on the root workspace and on the plugin workspace (examples/,
 #      whose members include the test plugins in tests/plugins/);
-#   2. builds the example and test plugins for wasm32 (scripts/build-plugins.sh), after
-#      installing the C and C++ toolchains (scripts/toolchains.sh; cached after the first run);
+#   2. builds the example and test plugins for wasm32 (scripts/build-plugins.sh: Rust, C,
+#      C++, Python, JavaScript), after installing the toolchains of every language
+#      (scripts/toolchains.sh; cached in the target folder after the first run), and runs
+#      the SDKs' own unit tests in their languages (scripts/test-sdks.sh);
 #   3. clippy with -D warnings: the plugin workspace for wasm32-wasip2, the root workspace
 #      with all targets (tests, benches, examples);
 #   4. the conformance test's Python virtualenv (scripts/python-env.sh: tritonclient and
@@ -29,6 +31,9 @@ step "toolchains"
 
 step "plugins"
 ./scripts/build-plugins.sh --locked
+
+step "plugin SDKs' unit tests (Python, JavaScript, C, C++)"
+./scripts/test-sdks.sh
 
 step "clippy: plugin workspace (wasm32-wasip2)"
 # Same profile and target folder as the plugin build, so the proc macros it built are reused.

@@ -3,9 +3,12 @@
 #   c    Debian clang-19, lld-19, wasi-libc (wasip1) and the wasm32 compiler runtime;
 #        wit-bindgen-cli (crate registry, `c` and `cpp` generators)
 #   cpp  the same, plus Debian's wasm32 libc++ and libc++abi
+#   python  componentize-py (PyPI), in a virtualenv of python3 (which must have venv)
+#   js      @bytecodealliance/componentize-js (npm), with Node.js >= 18 (Debian's nodejs
+#           and npm when there is no node)
 # Usage: scripts/toolchains.sh [LANGUAGE...]   (no argument: every language above)
-# Prints the folder holding the installed command-line tools (wit-bindgen) as its last
-# line of stdout; says nothing else unless it installs (one line per step, on stderr) or
+# Prints the folder holding the installed command-line tools (wit-bindgen, componentize-py,
+# componentize-js) as its last line of stdout; says nothing else unless it installs (one line per step, on stderr) or
 # fails (what is missing, on stderr, and a non-zero exit). Called by scripts/test.sh before
 # the plugins are built, so a fresh machine (CI) gets everything and a missing tool fails
 # loudly instead of skipping a language.
@@ -13,7 +16,8 @@
 # Idempotent and cheap when nothing changed: a Debian package is installed only when its
 # pinned version is not (as root, or through sudo); crates go with `cargo install --locked`
 # into <cargo target dir>/toolchains and are reinstalled only when the installed version
-# differs from the pin. A language is added with a `need_<language>` function below.
+# differs from the pin; the Python and npm packages likewise into <target>/toolchains/python
+# and <target>/toolchains/js. A language is added with a `need_<language>` function below.
 #
 #   TENSORPLUG_TOOLCHAINS  the folder for cargo-installed tools (default: <target>/toolchains)
 set -euo pipefail
@@ -24,6 +28,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LLVM_DEB_VERSION="1:19.1.7-3~deb12u1"
 WASI_LIBC_DEB_VERSION="0.0~git20220510.9886d3d-2"
 WIT_BINDGEN_VERSION="0.63.0"
+# componentize-py embeds CPython 3.14; componentize-js embeds SpiderMonkey (StarlingMonkey).
+COMPONENTIZE_PY_VERSION="0.25.1"
+COMPONENTIZE_JS_VERSION="0.23.0"
 
 fail() {
     printf 'toolchains: %s\n' "$*" >&2
@@ -38,9 +45,11 @@ if [[ -z "$tools" ]]; then
     [[ "$tools" != /toolchains ]] || fail "cargo metadata did not give the target directory; set TENSORPLUG_TOOLCHAINS"
 fi
 
-# Debian packages wanted, as name=version, and crates wanted, as name=version:features.
+# Debian packages wanted, as name=version (an empty version: any), crates wanted, as
+# name=version:features, and the package-manager tools wanted (python, js).
 debs=()
 crates=()
+scripted=()
 
 need_c() {
     debs+=("clang-19=$LLVM_DEB_VERSION" "lld-19=$LLVM_DEB_VERSION"
@@ -52,10 +61,19 @@ need_cpp() {
     debs+=("libc++-19-dev-wasm32=$LLVM_DEB_VERSION" "libc++abi-19-dev-wasm32=$LLVM_DEB_VERSION")
 }
 
+need_python() {
+    scripted+=(python)
+}
+need_js() {
+    # Any Node.js from 18 on: Debian 12 ships 18, other machines bring their own.
+    command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || debs+=("nodejs=" "npm=")
+    scripted+=(js)
+}
+
 languages=("$@")
-[[ ${#languages[@]} -gt 0 ]] || languages=(c cpp)
+[[ ${#languages[@]} -gt 0 ]] || languages=(c cpp python js)
 for language in "${languages[@]}"; do
-    declare -F "need_$language" >/dev/null || fail "unknown language '$language' (known: c cpp)"
+    declare -F "need_$language" >/dev/null || fail "unknown language '$language' (known: c cpp python js)"
     "need_$language"
 done
 
@@ -65,7 +83,12 @@ installed_version() { dpkg-query -W -f '${Status} ${Version}\n' "$1" 2>/dev/null
 
 missing=()
 for pinned in $(printf '%s\n' "${debs[@]}" | sort -u); do
-    [[ "$(installed_version "${pinned%%=*}")" == "${pinned#*=}" ]] || missing+=("$pinned")
+    have="$(installed_version "${pinned%%=*}")"
+    if [[ -z "${pinned#*=}" ]]; then
+        [[ -n "$have" ]] || missing+=("${pinned%%=*}")
+    else
+        [[ "$have" == "${pinned#*=}" ]] || missing+=("$pinned")
+    fi
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
     command -v apt-get >/dev/null 2>&1 ||
@@ -112,6 +135,44 @@ for wanted in $(printf '%s\n' "${crates[@]}" | sort -u); do
     rm -f "$log"
 done
 
+# --- Python and npm packages -----------------------------------------------------------
+mkdir -p "$tools/bin"
+for language in $(printf '%s\n' "${scripted[@]}" | sort -u); do
+    case "$language" in
+    python)
+        venv="$tools/python"
+        if [[ "$("$venv/bin/componentize-py" --version 2>/dev/null)" != "componentize-py $COMPONENTIZE_PY_VERSION" ]]; then
+            python3 -c 'import venv, ensurepip' 2>/dev/null ||
+                fail "python3 with venv is needed for componentize-py (Debian: apt-get install python3-venv)"
+            say "pip install componentize-py $COMPONENTIZE_PY_VERSION into $venv"
+            log="$(mktemp)"
+            { rm -rf "$venv" && python3 -m venv "$venv" &&
+                "$venv/bin/pip" install --quiet --disable-pip-version-check \
+                    "componentize-py==$COMPONENTIZE_PY_VERSION"; } >"$log" 2>&1 ||
+                { cat "$log" >&2; rm -f "$log"; fail "installing componentize-py failed (is PyPI reachable?)"; }
+            rm -f "$log"
+        fi
+        ln -sfn "$venv/bin/componentize-py" "$tools/bin/componentize-py"
+        ;;
+    js)
+        node_major="$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)"
+        [[ "$node_major" -ge 18 ]] || fail "componentize-js needs Node.js 18 or newer (found: $(node --version 2>&1))"
+        prefix="$tools/js"
+        installed="$(node -p "require('$prefix/node_modules/@bytecodealliance/componentize-js/package.json').version" 2>/dev/null || true)"
+        if [[ "$installed" != "$COMPONENTIZE_JS_VERSION" ]]; then
+            say "npm install @bytecodealliance/componentize-js $COMPONENTIZE_JS_VERSION into $prefix"
+            log="$(mktemp)"
+            { rm -rf "$prefix" && mkdir -p "$prefix" && echo '{"private": true}' >"$prefix/package.json" &&
+                npm install --prefix "$prefix" --no-audit --no-fund --save-exact \
+                    "@bytecodealliance/componentize-js@$COMPONENTIZE_JS_VERSION"; } >"$log" 2>&1 ||
+                { cat "$log" >&2; rm -f "$log"; fail "installing componentize-js failed (is the npm registry reachable?)"; }
+            rm -f "$log"
+        fi
+        ln -sfn "$prefix/node_modules/.bin/componentize-js" "$tools/bin/componentize-js"
+        ;;
+    esac
+done
+
 # --- the tools must now answer ------------------------------------------------------------
 check() { command -v "$1" >/dev/null 2>&1 || [[ -x "$1" ]] || fail "$1 is missing after the install"; }
 for pinned in "${debs[@]}"; do
@@ -130,6 +191,12 @@ done
 for wanted in "${crates[@]}"; do
     case "${wanted%%=*}" in
     wit-bindgen-cli) "$tools/bin/wit-bindgen" --version >/dev/null 2>&1 || fail "$tools/bin/wit-bindgen does not run" ;;
+    esac
+done
+for language in "${scripted[@]}"; do
+    case "$language" in
+    python) "$tools/bin/componentize-py" --version >/dev/null 2>&1 || fail "$tools/bin/componentize-py does not run" ;;
+    js) "$tools/bin/componentize-js" --help >/dev/null 2>&1 || fail "$tools/bin/componentize-js does not run" ;;
     esac
 done
 echo "$tools/bin"

@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use tensorplug::app::config::ServeConfig;
+use tensorplug::app::config::{CacheArgs, ServeConfig};
 
 /// REST inference routes of the test and example models.
 pub const FAULTY_INFER: &str = "/v2/models/faulty/infer";
@@ -39,6 +39,30 @@ pub fn examples() -> PathBuf {
 }
 
 /// Fails with instructions when a plugin has not been built.
+/// How long a test waits for a server's models to load. A cold compile of a Python or
+/// JavaScript component takes ~10 s alone and over a minute while the other tests compile
+/// theirs on two cores; a load is never on a request's path, so waiting is honest.
+pub const MODELS_LOAD_WITHIN: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The compile cache every test server shares (in cargo's per-target temporary folder):
+/// the Python and JavaScript plugins are 13-18 MB components that take seconds to compile,
+/// and the tests serve them from many servers. wasmtime writes cache entries atomically,
+/// so concurrent tests may share it.
+pub fn compile_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache")
+}
+
+/// The tests' settings for a server of `repository`: `ServeConfig::for_repository` with
+/// the shared [`compile_cache`]. (Tests that must compile afresh use `for_repository`.)
+pub fn serve_config(repository: impl Into<PathBuf>) -> ServeConfig {
+    let mut config = ServeConfig::for_repository(repository);
+    config.cache = CacheArgs {
+        cache_dir: Some(compile_cache()),
+        no_cache: false,
+    };
+    config
+}
+
 pub fn require_plugins(repository: &Path) {
     for entry in std::fs::read_dir(repository).expect("repository folder") {
         let dir = entry.expect("entry").path();
@@ -75,7 +99,7 @@ pub struct TestServer {
 impl TestServer {
     /// Serves `repository` with default settings.
     pub async fn start(repository: &Path) -> Self {
-        Self::start_with(ServeConfig::for_repository(repository)).await
+        Self::start_with(serve_config(repository)).await
     }
 
     pub async fn start_with(config: ServeConfig) -> Self {
@@ -147,13 +171,17 @@ impl TestServer {
     /// the background once the server listens). Where the index is closed, readiness
     /// has to do.
     async fn wait_ready(&self) {
-        for _ in 0..600 {
+        let started = std::time::Instant::now();
+        while started.elapsed() < MODELS_LOAD_WITHIN {
             if self.settled().await {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        panic!("server at {} did not come up", self.address);
+        panic!(
+            "server at {} did not come up within {MODELS_LOAD_WITHIN:?}",
+            self.address
+        );
     }
 
     async fn settled(&self) -> bool {

@@ -21,7 +21,8 @@ impl ServerProcess {
     /// it is ready (every model loaded).
     pub async fn spawn(repository: &Path, extra: &[&str]) -> Self {
         let server = Self::spawn_unready(repository, extra).await;
-        for _ in 0..600 {
+        let started = std::time::Instant::now();
+        while started.elapsed() < super::MODELS_LOAD_WITHIN {
             if let Ok(r) = server.client.get(server.url("/v2/health/ready")).send().await {
                 if r.status().is_success() {
                     return server;
@@ -34,7 +35,8 @@ impl ServerProcess {
 
     /// Waits until no model is loading any more; the repository index then.
     pub async fn wait_loaded(&self) -> serde_json::Value {
-        for _ in 0..600 {
+        let started = std::time::Instant::now();
+        while started.elapsed() < super::MODELS_LOAD_WITHIN {
             let index: serde_json::Value = self
                 .client
                 .post(self.url("/v2/repository/index"))
@@ -79,8 +81,13 @@ impl ServerProcess {
                     .into_iter()
                     .flatten(),
             )
-            // No compile cache unless the test gives it a folder.
-            .args((!extra.contains(&"--cache-dir")).then_some("--no-cache"))
+            // The tests' shared compile cache unless the test says otherwise.
+            .args(
+                (!extra.contains(&"--cache-dir") && !extra.contains(&"--no-cache"))
+                    .then(|| ["--cache-dir".into(), super::compile_cache().into_os_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(["--log", "info"])
             .args(extra)
             .env_remove("RUST_LOG")

@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tensorplug::app::config::ServeConfig;
 
 use crate::common::{self, faulty_config, faulty_repository, TestServer};
 use crate::digits::{assert_matches, cases, repository};
@@ -108,7 +107,7 @@ fn digits_answer(line: &Value) -> (i64, Vec<f32>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_digits_requests_through_every_transport_match_the_oracle_in_order() {
-    let server = TestServer::start_with_grpc(ServeConfig::for_repository(repository())).await;
+    let server = TestServer::start_with_grpc(common::serve_config(repository())).await;
     let rest = server.address.to_string();
     let grpc = server.grpc_address().to_string();
     let requests: Vec<Value> = std::fs::read_to_string(digits_file())
@@ -119,11 +118,15 @@ async fn the_digits_requests_through_every_transport_match_the_oracle_in_order()
     let cases = cases();
     let dir = tempfile::tempdir().unwrap();
     let models = repository().display().to_string();
+    let cache = common::compile_cache().display().to_string();
     let runs: [(&str, Vec<&str>); 4] = [
         ("REST JSON", vec!["-u", &rest, "-w", "4"]),
         ("REST binary", vec!["-u", &rest, "-b", "-s", "16"]),
         ("gRPC", vec!["-u", &grpc, "-t", "grpc", "-s", "8"]),
-        ("in-process", vec!["--repository", &models, "--no-cache", "-s", "32"]),
+        (
+            "in-process",
+            vec!["--repository", &models, "--cache-dir", &cache, "-s", "32"],
+        ),
     ];
     for (name, extra) in runs {
         let started = Instant::now();
@@ -174,7 +177,7 @@ fn x_line(values: &[f32]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_file_answers_every_good_line_and_each_bad_one_with_its_own_reason() {
     let models = faulty_models();
-    let server = TestServer::start_with_grpc(ServeConfig::for_repository(models.path())).await;
+    let server = TestServer::start_with_grpc(common::serve_config(models.path())).await;
     let lines = [
         x_line(&[1.5]),
         r#"{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": ["#.to_owned(), // invalid JSON
@@ -737,7 +740,7 @@ async fn over_grpc_a_line_sent_alone_keeps_its_exact_status() {
     // trailer, which a lone failed item carries too (this line used to be answered 400
     // whenever it happened to go alone).
     let models = faulty_models();
-    let server = TestServer::start_with_grpc(ServeConfig::for_repository(models.path())).await;
+    let server = TestServer::start_with_grpc(common::serve_config(models.path())).await;
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("one.jsonl");
     std::fs::write(&input, x_line(&[-5.0]) + "\n").unwrap();

@@ -10,7 +10,8 @@ pub(crate) fn check(repository: &Path) -> (i32, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_tensorplug"))
         .arg("check")
         .arg(repository)
-        .arg("--no-cache")
+        .arg("--cache-dir")
+        .arg(common::compile_cache())
         .output()
         .expect("run tensorplug check");
     let stdout = String::from_utf8_lossy(&output.stdout).replace(&repository.display().to_string(), "<repo>");

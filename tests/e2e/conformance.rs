@@ -8,8 +8,6 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tensorplug::app::config::ServeConfig;
-
 use crate::common::python::{python, run_bounded, shown};
 use crate::common::{self, TestServer};
 
@@ -39,7 +37,7 @@ async fn the_unmodified_python_clients_from_pypi_agree() {
     println!("virtualenv ready in {:?}: {}", started.elapsed(), python.display());
 
     let repository = repository();
-    let server = TestServer::start_with_grpc(ServeConfig::for_repository(repository.path())).await;
+    let server = TestServer::start_with_grpc(common::serve_config(repository.path())).await;
     let grpc = server.grpc_address();
     let started = Instant::now();
     let mut conformance = Command::new(&python);

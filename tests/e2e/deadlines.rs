@@ -9,7 +9,6 @@ use crate::common;
 use common::{request, TestServer};
 
 use crate::common::FAULTY_INFER;
-use tensorplug::app::config::ServeConfig;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_sleeping_in_a_host_call_answers_504_at_its_deadline() {
@@ -110,7 +109,7 @@ async fn the_server_is_live_while_a_slow_model_loads_and_ready_after() {
     );
     let repository = common::faulty_repository(&config);
     // Not `start`, which would wait for the model.
-    let server = TestServer::spawn(ServeConfig::for_repository(repository.path()), false).await;
+    let server = TestServer::spawn(common::serve_config(repository.path()), false).await;
     let started = Instant::now();
     let (client, url) = (&server.client, |path: &str| server.url(path));
     let live = loop {

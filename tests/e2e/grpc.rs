@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::common;
 use serde_json::{json, Value};
 use tensorplug::app::config::ServeConfig;
 use tensorplug::protocol::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
@@ -108,7 +109,7 @@ fn model_answer(response: &ModelInferResponse) -> (Vec<f32>, Vec<i64>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digits_onnx_answers_the_oracle_over_grpc_typed_and_raw_single_and_batched() {
     // The ONNX graph through wasi:nn (examples/models/digits-onnx), as its REST tests do.
-    let (server, mut client) = start(ServeConfig::for_repository(repository())).await;
+    let (server, mut client) = start(common::serve_config(repository())).await;
     let all = cases();
     for (i, case) in all.iter().enumerate() {
         let raw = i % 2 == 0;
@@ -144,7 +145,7 @@ async fn digits_onnx_answers_the_oracle_over_grpc_typed_and_raw_single_and_batch
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_450_digits_requests_match_the_oracle_typed_and_raw() {
-    let (server, mut client) = start(ServeConfig::for_repository(repository())).await;
+    let (server, mut client) = start(common::serve_config(repository())).await;
     for (i, case) in cases().iter().enumerate() {
         for raw in [false, true] {
             let response = client
@@ -193,7 +194,7 @@ async fn all_450_digits_requests_match_the_oracle_typed_and_raw() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_item_fails_the_call_and_the_trailer_has_every_items_status() {
-    let (server, mut client) = start(ServeConfig::for_repository(repository())).await;
+    let (server, mut client) = start(common::serve_config(repository())).await;
     let all = cases();
     let mut pixels: Vec<f32> = all[..4].iter().flat_map(|c| c.pixels.clone()).collect();
     pixels[2 * 64 + 5] = 99.0;
@@ -273,7 +274,7 @@ async fn a_bad_item_fails_the_call_and_the_trailer_has_every_items_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_metadata_statistics_and_the_repository_rules() {
-    let (server, mut client) = start(ServeConfig::for_repository(repository())).await;
+    let (server, mut client) = start(common::serve_config(repository())).await;
     assert!(
         client
             .server_live(ServerLiveRequest {})
@@ -436,7 +437,7 @@ async fn wait_for_health(health: &mut HealthClient<Channel>, service: &str, want
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_follows_load_and_unload_with_the_admin_token() {
-    let mut config = ServeConfig::for_repository(repository());
+    let mut config = common::serve_config(repository());
     config.admin_token = Some("s3cret".into());
     let (server, mut client) = start(config).await;
     let mut health = HealthClient::new(channel(&server).await);
@@ -515,7 +516,7 @@ async fn reflection_lists_the_services_and_streams_answer_in_order() {
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
     use tonic_reflection::pb::v1::ServerReflectionRequest;
 
-    let (server, mut client) = start(ServeConfig::for_repository(repository())).await;
+    let (server, mut client) = start(common::serve_config(repository())).await;
     let mut reflection = ServerReflectionClient::new(channel(&server).await);
     let list = ServerReflectionRequest {
         host: String::new(),
@@ -603,7 +604,7 @@ async fn shutdown_finishes_calls_in_flight_and_ends_health_watches() {
         "max_batch_size = 64\nmax_queue_delay_us = 1500000",
         "instances = 1",
     ));
-    let (server, client) = start(ServeConfig::for_repository(repository.path())).await;
+    let (server, client) = start(common::serve_config(repository.path())).await;
     let mut health = HealthClient::new(channel(&server).await);
     wait_for_health(&mut health, "faulty", ServingStatus::Serving).await;
     let mut watch = health
@@ -659,7 +660,7 @@ async fn shutdown_finishes_calls_in_flight_and_ends_health_watches() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_are_limited_to_the_rest_body_limit() {
-    let mut config = ServeConfig::for_repository(repository());
+    let mut config = common::serve_config(repository());
     config.max_body_bytes = 4096;
     let (server, mut client) = start(config).await;
     let all = cases();
@@ -680,7 +681,7 @@ async fn messages_are_limited_to_the_rest_body_limit() {
 /// values (eight bytes each decoded).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn costly_messages_are_refused_before_decoding() {
-    let (server, client) = start(ServeConfig::for_repository(repository())).await;
+    let (server, client) = start(common::serve_config(repository())).await;
     let client = client.max_encoding_message_size(usize::MAX);
     let send = |request: ModelInferRequest| {
         let mut client = client.clone();

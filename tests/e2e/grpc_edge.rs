@@ -43,7 +43,7 @@ const RPCS: [(&str, bool); 15] = [
 
 fn faulty_config(limits: &str) -> ServeConfig {
     let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 8", limits));
-    let config = ServeConfig::for_repository(repository.path());
+    let config = common::serve_config(repository.path());
     // The folder must outlive the server: leaked for the test's life.
     std::mem::forget(repository);
     config
@@ -300,7 +300,7 @@ async fn large_answers_arrive_whole_in_pieces() {
          [[outputs]]\nname = \"y\"\ndatatype = \"FP32\"\nshape = [-1]\n\n[batching]\nmax_batch_size = 1\n\n\
          [limits]\nmemory_mib = 256\ntimeout_ms = 20000\n",
     );
-    let server = TestServer::start_with_grpc(ServeConfig::for_repository(repository.path())).await;
+    let server = TestServer::start_with_grpc(common::serve_config(repository.path())).await;
     let mut client = server.grpc_client().await.max_decoding_message_size(usize::MAX);
     let check = |raw: &[Vec<u8>]| {
         assert_eq!(raw.len(), 1);

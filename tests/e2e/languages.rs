@@ -9,11 +9,10 @@ use crate::digits::{assert_matches, assert_oracle_one_by_one, cases};
 use common::{output, output_f32, request, TestServer};
 use serde_json::json;
 
-/// A repository holding only the model folder `name` of examples/models, deleted on drop.
-fn repository_of(name: &str) -> tempfile::TempDir {
+/// A repository holding only a copy of the model folder `from`, deleted on drop.
+pub(crate) fn repository_of(from: &std::path::Path) -> tempfile::TempDir {
     let repository = tempfile::tempdir().unwrap();
-    let from = common::examples().join(name);
-    let to = repository.path().join(name);
+    let to = repository.path().join(from.file_name().unwrap());
     std::fs::create_dir(&to).unwrap();
     for entry in std::fs::read_dir(&from).unwrap() {
         let path = entry.unwrap().path();
@@ -24,8 +23,8 @@ fn repository_of(name: &str) -> tempfile::TempDir {
 
 /// Serves the model folder `model` alone and checks the 450 oracle requests, and what the
 /// plugin declared at init.
-async fn serves_the_oracle(model: &str) {
-    let repository = repository_of(model);
+pub(crate) async fn serves_the_oracle(model: &str) {
+    let repository = repository_of(&common::examples().join(model));
     let server = TestServer::start(repository.path()).await;
     let answers = assert_oracle_one_by_one(&server, &format!("/v2/models/{model}/infer")).await;
     assert_eq!(answers[0]["model_name"], model);
@@ -37,8 +36,8 @@ async fn serves_the_oracle(model: &str) {
 
 /// A batch of 4 whose item 2 is blank: it passes preprocess (every pixel is in range) and
 /// the predict plugin answers it with its own 422; its neighbours get their digits.
-async fn rejects_a_blank_item_alone(model: &str) {
-    let repository = repository_of(model);
+pub(crate) async fn rejects_a_blank_item_alone(model: &str) {
+    let repository = repository_of(&common::examples().join(model));
     let server = TestServer::start(repository.path()).await;
     let infer = format!("/v2/models/{model}/infer");
     let cases = cases();

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tensorplug::app::config::{RepositoryApi, ServeConfig};
+use tensorplug::app::config::RepositoryApi;
 use tensorplug::protocol::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tensorplug::protocol::grpc::proto::infer_parameter::ParameterChoice;
 use tensorplug::protocol::grpc::proto::{ModelMetadataRequest, ServerReadyRequest};
@@ -174,7 +174,7 @@ async fn plugin_misuse_is_refused_and_bounded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_metadata_is_in_rest_and_grpc_model_metadata() {
-    let config = ServeConfig::for_repository(common::examples());
+    let config = common::serve_config(common::examples());
     let server = TestServer::start_with_grpc(config).await;
     let (status, body) = server.get("/v2/models/digits").await;
     assert_eq!(status, 200);
@@ -204,7 +204,7 @@ async fn plugin_metadata_is_in_rest_and_grpc_model_metadata() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_starts_plugin_metrics_afresh_and_an_unload_removes_them() {
     let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 1", "instances = 1"));
-    let mut config = ServeConfig::for_repository(repository.path());
+    let mut config = common::serve_config(repository.path());
     config.repository_api = RepositoryApi::Open;
     let server = TestServer::start_with(config).await;
     assert_eq!(server.post_faulty(&[1.0]).await.0, 200);
@@ -241,7 +241,7 @@ async fn a_reload_starts_plugin_metrics_afresh_and_an_unload_removes_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_off_serves_no_metrics_and_inference_still_counts() {
     let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 1", "instances = 1"));
-    let mut config = ServeConfig::for_repository(repository.path());
+    let mut config = common::serve_config(repository.path());
     config.metrics = tensorplug::app::config::Metrics::Off;
     let server = TestServer::start_with(config).await;
     assert_eq!(server.post_faulty(&[1.0]).await.0, 200);
@@ -267,7 +267,7 @@ async fn the_server_is_ready_only_when_every_model_it_should_serve_is() {
         common::faulty_config("max_batch_size = 1", "instances = 1")
     );
     std::fs::write(broken.join("model.toml"), &broken_toml).expect("model.toml");
-    let server = TestServer::start_with_grpc(ServeConfig::for_repository(repository.path())).await;
+    let server = TestServer::start_with_grpc(common::serve_config(repository.path())).await;
     let client = server.grpc_client().await;
     let grpc_ready = |mut client: GrpcInferenceServiceClient<Channel>| async move {
         client
@@ -337,7 +337,7 @@ async fn a_model_that_is_loading_is_not_ready_in_the_protocols_words() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_served_edge_has_its_request_series_before_any_request() {
     let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 4", "instances = 1"));
-    let both = TestServer::start_with_grpc(ServeConfig::for_repository(repository.path())).await;
+    let both = TestServer::start_with_grpc(common::serve_config(repository.path())).await;
     let m = scrape(&both).await;
     for protocol in ["rest", "grpc"] {
         let labels = faulty(&[("protocol", protocol)]);

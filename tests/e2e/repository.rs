@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{output_f32, request, TestServer};
 use serde_json::{json, Value};
-use tensorplug::app::config::{ModelControl, RepositoryApi, ServeConfig};
+use tensorplug::app::config::{ModelControl, RepositoryApi};
 
 use crate::common::FAULTY_INFER;
 
@@ -285,7 +285,7 @@ async fn post_with_token(server: &TestServer, path: &str, token: Option<&str>) -
 async fn repository_api_loads_and_unloads_behind_a_token() {
     let repository = tempfile::tempdir().unwrap();
     faulty_folder(repository.path(), &faulty_toml(1, 2, ""));
-    let mut config = ServeConfig::for_repository(repository.path());
+    let mut config = common::serve_config(repository.path());
     config.model_control = ModelControl::Explicit;
     config.admin_token = Some("s3cret".into());
     let server = TestServer::start_with(config).await;
@@ -360,7 +360,7 @@ async fn repository_api_can_be_switched_off() {
         (RepositoryApi::On, ModelControl::None, 200, 403),
         (RepositoryApi::Open, ModelControl::None, 200, 403),
     ] {
-        let mut config = ServeConfig::for_repository(repository.path());
+        let mut config = common::serve_config(repository.path());
         config.repository_api = api;
         config.model_control = control;
         let server = TestServer::start_with(config).await;
@@ -419,7 +419,7 @@ async fn by_default_nobody_can_unload_a_model_and_it_keeps_serving() {
 async fn an_unloaded_model_stays_unloaded_until_its_folder_changes() {
     let repository = tempfile::tempdir().unwrap();
     faulty_folder(repository.path(), &faulty_toml(1, 2, ""));
-    let mut config = ServeConfig::for_repository(repository.path());
+    let mut config = common::serve_config(repository.path());
     config.repository_api = RepositoryApi::Open;
     let server = TestServer::start_with(config).await;
     assert_eq!(

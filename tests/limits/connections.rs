@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 
 use common::process::ServerProcess;
 use common::{output, TestServer};
-use tensorplug::app::config::{Cli, ConnectionArgs, ServeConfig};
+use tensorplug::app::config::{Cli, ConnectionArgs};
 
 /// The longest any single wait of these tests may take.
 const BOUND: Duration = Duration::from_secs(10);
@@ -55,7 +55,7 @@ struct Examples {
 
 impl Examples {
     async fn serve(connections: ConnectionArgs) -> Self {
-        let mut config = ServeConfig::for_repository(common::examples());
+        let mut config = common::serve_config(common::examples());
         config.connections = connections;
         let server = TestServer::spawn(config, false).await;
         let address = server.address;

@@ -14,7 +14,7 @@ use tonic::Code;
 use crate::common;
 use crate::common::grpc::faulty_request;
 use crate::common::TestServer;
-use tensorplug::app::config::{ConnectionArgs, ServeConfig};
+use tensorplug::app::config::ConnectionArgs;
 use tensorplug::protocol::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tensorplug::protocol::grpc::proto::ServerReadyRequest;
 
@@ -37,7 +37,7 @@ impl Server {
             "max_batch_size = 1",
             "instances = 1\ntimeout_ms = 2000",
         ));
-        let mut config = ServeConfig::for_repository(repository.path());
+        let mut config = common::serve_config(repository.path());
         config.connections = ConnectionArgs {
             header_read_timeout_ms: 20_000,
             idle_timeout_ms: IDLE.as_millis() as u64,

@@ -1,0 +1,53 @@
+# Shared by scripts/build-python-plugins.sh and scripts/build-js-plugins.sh (sourced, not
+# run): the target folder, the installed tools, and a build that is skipped when nothing it
+# reads has changed — componentize-py and componentize-js take 5-15 s per component, and
+# the test command builds every plugin on every run.
+#
+# The caller sets `script` (its name, for messages) and `root` (the repository), and cds
+# to the root first.
+
+fail() {
+    printf '%s: %s\n' "$script" "$*" >&2
+    exit 1
+}
+
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+[[ -n "$target_dir" ]] || fail "no target_directory in cargo metadata"
+tools="${TENSORPLUG_TOOLCHAINS:-$target_dir/toolchains}"
+work="$target_dir/script-plugins"
+mkdir -p "$work/stamps"
+
+# The tool `name` installed by scripts/toolchains.sh, or a loud failure naming the fix.
+installed_tool() {
+    local name="$1" language="$2"
+    [[ -x "$tools/bin/$name" ]] ||
+        fail "$tools/bin/$name is missing: install it with ./scripts/toolchains.sh $language"
+    echo "$tools/bin/$name"
+}
+
+# Whether `artifact` was built from exactly these inputs (files and folders, hashed by
+# content, plus the tool's version): then the build is skipped.
+inputs_key() {
+    { find "$@" -type f -not -name '*.pyc' -not -path '*/__pycache__/*' -print0 | sort -z |
+        xargs -0 sha256sum; echo "$tool_version"; } | sha256sum | cut -d' ' -f1
+}
+up_to_date() {
+    local artifact="$1" stamp
+    shift
+    stamp="$work/stamps/$(echo "$artifact" | tr '/' '_').inputs"
+    [[ -f "$artifact" && -f "$stamp" && "$(cat "$stamp")" == "$(inputs_key "$@")" ]]
+}
+remember_inputs() {
+    local artifact="$1" stamp
+    shift
+    stamp="$work/stamps/$(echo "$artifact" | tr '/' '_').inputs"
+    inputs_key "$@" >"$stamp"
+}
+
+copy() {
+    local artifact="$1" dest="$2"
+    mkdir -p "$(dirname "$dest")"
+    cp "$artifact" "$dest"
+    printf '%-40s %8d bytes\n' "$dest" "$(wc -c <"$dest")"
+}

@@ -1,0 +1,133 @@
+//! Plugins written in Python (componentize-py) and JavaScript (componentize-js), served end
+//! to end: 13-19 MB components that embed their interpreter. The digits models whose
+//! predict stage is Python or JavaScript against scikit-learn's answers, an item each
+//! plugin rejects failing alone, and every way such a plugin can fail — an exception in
+//! the SDK, an exception past it, a loop past the deadline, memory running out — failing
+//! only the item that caused it while its neighbours get their answers, and the next
+//! request being served.
+
+use std::time::{Duration, Instant};
+
+use crate::common;
+use crate::languages::{rejects_a_blank_item_alone, repository_of, serves_the_oracle};
+
+use common::{output_f32, request, TestServer};
+use serde_json::{json, Value};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_predict_matches_the_oracle_on_all_450_requests() {
+    serves_the_oracle("digits-python").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_the_python_plugin_rejects_fails_alone() {
+    rejects_a_blank_item_alone("digits-python").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_predict_matches_the_oracle_on_all_450_requests() {
+    serves_the_oracle("digits-js").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_the_javascript_plugin_rejects_fails_alone() {
+    rejects_a_blank_item_alone("digits-js").await;
+}
+
+/// Posts `values` as one request of `x: FP32 [N, 1]` to the faulty model `model`.
+async fn post_x(server: &TestServer, model: &str, values: &[f32]) -> (u16, Value) {
+    let body = request("x", "FP32", &[values.len() as u64, 1], json!(values));
+    server.post_json(&format!("/v2/models/{model}/infer"), &body).await
+}
+
+/// Checks a 207 answer to `[1, <fault>, 3]`: the middle item failed with `status` and a
+/// message holding `says`, its neighbours got y = 2x.
+fn assert_only_the_middle_failed(body: &Value, status: u16, says: &str) {
+    let results = body["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no results: {body}"));
+    assert_eq!(results.len(), 3, "{body}");
+    assert_eq!(results[1]["status"], status, "{body}");
+    let error = results[1]["error"].as_str().unwrap();
+    assert!(error.contains(says), "{error}");
+    for (i, want) in [(0, 2.0), (2, 6.0)] {
+        assert_eq!(results[i]["status"], 200, "{body}");
+        assert_eq!(output_f32(&results[i], "y"), vec![want], "{body}");
+    }
+}
+
+/// Every fault of the language's faulty plugin, each in a batch with healthy neighbours,
+/// each followed by a request that must be answered (the instance recovered or was
+/// replaced). Prints how long that next answer took.
+async fn each_failure_fails_its_item_alone(language: &str, uncaught: &str, past_the_sdk: &str, out_of_memory: &str) {
+    let model = format!("faulty-{language}");
+    let repository = repository_of(&common::root().join("tests/models").join(&model));
+    let server = TestServer::start(repository.path()).await;
+
+    // A refusal and an exception in one batch: the refusal keeps its 422, the exception
+    // becomes the item's 500, and the healthy items are answered.
+    let (status, body) = post_x(&server, &model, &[1.0, -1.0, 3.0, -5.0]).await;
+    assert_eq!(status, 207, "{body}");
+    let statuses: Vec<_> = body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].clone())
+        .collect();
+    assert_eq!(statuses, [200, 500, 200, 422], "{body}");
+    assert!(
+        body["results"][1]["error"].as_str().unwrap().contains(uncaught),
+        "{body}"
+    );
+    assert!(
+        body["results"][3]["error"].as_str().unwrap().contains("item rejected"),
+        "{body}"
+    );
+    assert_eq!(output_f32(&body["results"][2], "y"), vec![6.0]);
+
+    for (fault, status, says) in [
+        (-71.0, 500, past_the_sdk),
+        (-3.0, 500, out_of_memory),
+        (-2.0, 504, "exceeded its time limit"),
+    ] {
+        let (code, body) = post_x(&server, &model, &[1.0, fault, 3.0]).await;
+        assert_eq!(code, 207, "fault {fault}: {body}");
+        assert_only_the_middle_failed(&body, status, says);
+        let started = Instant::now();
+        let (code, body) = post_x(&server, &model, &[5.0]).await;
+        assert_eq!(code, 200, "after fault {fault}: {body}");
+        assert_eq!(output_f32(&body, "y"), vec![10.0]);
+        eprintln!(
+            "{model}: after fault {fault}, the next request took {:?}",
+            started.elapsed()
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{model}: recovery took {:?}",
+            started.elapsed()
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_python_failure_fails_only_its_item() {
+    each_failure_fails_its_item_alone(
+        "python",
+        "RuntimeError: faulty-python: exception requested",
+        "predict trapped",
+        "MemoryError",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_javascript_failure_fails_only_its_item() {
+    each_failure_fails_its_item_alone(
+        "js",
+        "Error: faulty-js: exception requested",
+        "faulty-js: thrown past the SDK",
+        "out of memory",
+    )
+    .await;
+}

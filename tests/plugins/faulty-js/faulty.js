@@ -1,0 +1,40 @@
+// A predictor in JavaScript that misbehaves on request, for the host's fault tests in
+// every language (tests/e2e/interpreted.rs); built with the SDK (sdk/js).
+//
+// Input `x: FP32 [N, 1]`, output `y: FP32 [N, 1] = 2 * x`. An item whose value is one of
+// these codes triggers a fault:
+//
+// | x | fault |
+// | --- | --- |
+// | -1 | throws an Error in `predictBatch` (the SDK answers the batch 500; the host splits it) |
+// | -2 | loops forever (the deadline) |
+// | -3 | allocates until memory runs out |
+// | -5 | fails alone: 422 "faulty-js: item rejected" |
+// | -71 | throws from the export itself, past the SDK (a whole-call error) |
+import * as tp from '../../../sdk/js/tensorplug.js';
+
+const exports = tp.predictor({
+  predictBatch(batch, failures) {
+    const x = batch.get('x', 'fp32', [-1, 1]);
+    const y = tp.output('y', 'fp32', x.shape);
+    x.values.forEach((value, i) => {
+      if (value === -1) throw new Error('faulty-js: exception requested');
+      if (value === -2) for (;;);
+      if (value === -3) {
+        const hog = [];
+        for (;;) hog.push(new Float64Array(1 << 17).fill(i));
+      }
+      if (value === -5) failures.fail(i, 422, 'faulty-js: item rejected');
+      y.values[i] = 2 * value;
+    });
+    tp.counterAdd('batches');
+    return [y];
+  },
+});
+
+export const init = exports.init;
+
+export function predict(batch) {
+  if (new tp.Item(batch).get('x').values.includes(-71)) throw new Error('faulty-js: thrown past the SDK');
+  return exports.predict(batch);
+}

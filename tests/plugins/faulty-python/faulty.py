@@ -1,0 +1,42 @@
+"""A predictor in Python that misbehaves on request, for the host's fault tests in every
+language (tests/e2e/interpreted.rs); built with the SDK (sdk/python).
+
+Input `x: FP32 [N, 1]`, output `y: FP32 [N, 1] = 2 * x`. An item whose value is one of
+these codes triggers a fault:
+
+| x | fault |
+| --- | --- |
+| -1 | raises RuntimeError in `predict_batch` (the SDK answers the batch 500; the host splits it) |
+| -2 | loops forever (the deadline) |
+| -3 | allocates until memory runs out |
+| -5 | fails alone: 422 "faulty-python: item rejected" |
+| -71 | raises from the export itself, past the SDK (componentize-py traps) |
+"""
+
+import tensorplug as tp
+
+
+class WitWorld(tp.Predictor):
+    def predict(self, batch):
+        if any(v == -71 for v in tp.Item(batch)["x"].values):
+            raise RuntimeError("faulty-python: raised past the SDK")
+        return super().predict(batch)
+
+    def predict_batch(self, batch: tp.Item, failures: tp.Failures):
+        x = batch.get("x", tp.FP32, [-1, 1])
+        y = tp.output("y", tp.FP32, x.shape)
+        for i, value in enumerate(x.values):
+            if value == -1:
+                raise RuntimeError("faulty-python: exception requested")
+            if value == -2:
+                while True:
+                    pass
+            if value == -3:
+                hog = []
+                while True:
+                    hog.append(bytearray(1 << 20))
+            if value == -5:
+                failures.fail(i, 422, "faulty-python: item rejected")
+            y.values[i] = 2 * value
+        tp.counter_add("batches")
+        return [y]
