@@ -25,6 +25,8 @@ fn build(parent: &Path, name: &str, stage: NewStage, language: NewLanguage) {
     let built = Command::new(root.join("build.sh"))
         .env("CARGO_TARGET_DIR", target)
         .env("WIT_BINDGEN", tools.join("bin/wit-bindgen"))
+        .env("COMPONENTIZE_PY", tools.join("bin/componentize-py"))
+        .env("COMPONENTIZE_JS", tools.join("bin/componentize-js"))
         .output()
         .unwrap();
     assert!(
@@ -45,27 +47,16 @@ fn refused(stage: NewStage) -> (f32, &'static str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn new_scaffolds_build_and_serve_as_generated() {
+/// Scaffolds and builds each (language, stage) pair, serves every model folder from one
+/// repository, and checks each answers `y = 2 * x` and refuses its item alone.
+async fn scaffolds_build_and_serve(pairs: &[(&str, NewLanguage, &str, NewStage)]) {
     let started = Instant::now();
     let parent = tempfile::tempdir().unwrap();
-    let languages = [
-        ("rust", NewLanguage::Rust),
-        ("c", NewLanguage::C),
-        ("cpp", NewLanguage::Cpp),
-    ];
-    let stages = [
-        ("pre", NewStage::Preprocess),
-        ("predict", NewStage::Predict),
-        ("post", NewStage::Postprocess),
-    ];
     let mut projects = Vec::new();
-    for (language_name, language) in languages {
-        for (stage_name, stage) in stages {
-            let name = format!("{stage_name}-{language_name}");
-            build(parent.path(), &name, stage, language);
-            projects.push((name, stage));
-        }
+    for &(language_name, language, stage_name, stage) in pairs {
+        let name = format!("{stage_name}-{language_name}");
+        build(parent.path(), &name, stage, language);
+        projects.push((name, stage));
     }
     // One repository serving every model folder, as `tensorplug serve` would.
     let repository = parent.path().join("models");
@@ -102,4 +93,38 @@ async fn new_scaffolds_build_and_serve_as_generated() {
         projects.len(),
         started.elapsed()
     );
+}
+
+const STAGES: [(&str, NewStage); 3] = [
+    ("pre", NewStage::Preprocess),
+    ("predict", NewStage::Predict),
+    ("post", NewStage::Postprocess),
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn new_rust_c_and_cpp_scaffolds_build_and_serve_as_generated() {
+    let languages = [
+        ("rust", NewLanguage::Rust),
+        ("c", NewLanguage::C),
+        ("cpp", NewLanguage::Cpp),
+    ];
+    let pairs: Vec<_> = languages
+        .into_iter()
+        .flat_map(|(l, language)| STAGES.map(|(s, stage)| (l, language, s, stage)))
+        .collect();
+    scaffolds_build_and_serve(&pairs).await;
+}
+
+/// Python and JavaScript components take 5-15 s each to build and as long to compile, so
+/// each language builds its predict and one of the item stages (pre- and postprocess
+/// share their template; the unit test in app::new fills all of them).
+#[tokio::test(flavor = "multi_thread")]
+async fn new_python_and_javascript_scaffolds_build_and_serve_as_generated() {
+    let pairs = [
+        ("python", NewLanguage::Python, "predict", NewStage::Predict),
+        ("python", NewLanguage::Python, "post", NewStage::Postprocess),
+        ("js", NewLanguage::Js, "predict", NewStage::Predict),
+        ("js", NewLanguage::Js, "pre", NewStage::Preprocess),
+    ];
+    scaffolds_build_and_serve(&pairs).await;
 }

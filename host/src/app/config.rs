@@ -50,17 +50,18 @@ pub struct NewConfig {
     #[arg(long, value_enum, default_value_t = NewStage::Predict)]
     pub stage: NewStage,
 
-    /// The language it is written in (python and js are not supported yet).
+    /// The language it is written in.
     #[arg(long = "lang", value_enum, default_value_t = NewLanguage::Rust)]
     pub language: NewLanguage,
 
-    /// Rust: the guest SDK crate to depend on; C and C++: the folder of the SDK header
-    /// (default: this tensorplug's own guest-sdk/, sdk/c/ or sdk/cpp/).
+    /// Rust: the guest SDK crate to depend on; C and C++: the folder of the SDK header;
+    /// Python: the folder of the `tensorplug` package; JavaScript: the folder of
+    /// tensorplug.js (default: this tensorplug's own guest-sdk/ or sdk/<language>/).
     #[arg(long, env = "TENSORPLUG_SDK")]
     pub sdk: Option<PathBuf>,
 
-    /// C and C++: the WIT folder the bindings are generated from (default: this
-    /// tensorplug's own wit/).
+    /// C, C++, Python and JavaScript: the WIT folder the bindings are generated from
+    /// (default: this tensorplug's own wit/).
     #[arg(long, env = "TENSORPLUG_WIT")]
     pub wit: Option<PathBuf>,
 }

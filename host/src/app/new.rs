@@ -58,12 +58,14 @@ impl NewStage {
     }
 }
 
-/// The language a project is written in (python and js come with their toolchains).
+/// The language a project is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum NewLanguage {
     Rust,
     C,
     Cpp,
+    Python,
+    Js,
 }
 
 /// What to scaffold, and where.
@@ -74,9 +76,10 @@ pub struct NewProject {
     pub language: NewLanguage,
     /// The folder the project folder is made in.
     pub parent: PathBuf,
-    /// Rust: the guest SDK crate; C and C++: the folder holding the SDK header.
+    /// Rust: the guest SDK crate; C and C++: the folder holding the SDK header; Python:
+    /// the folder holding the `tensorplug` package; JavaScript: the folder of tensorplug.js.
     pub sdk: Option<PathBuf>,
-    /// C and C++: the WIT folder bindings are generated from.
+    /// C, C++, Python and JavaScript: the WIT folder the bindings are generated from.
     pub wit: Option<PathBuf>,
 }
 
@@ -186,6 +189,27 @@ fn check_values(stage: NewStage) -> [(&'static str, &'static str); 5] {
     ]
 }
 
+/// The Python or JavaScript source of a stage (pre- and postprocess share one).
+fn script_source(stage: NewStage, python: bool) -> &'static str {
+    match (stage == NewStage::Predict, python) {
+        (true, true) => include_str!("../../templates/python/predict.py"),
+        (false, true) => include_str!("../../templates/python/check.py"),
+        (true, false) => include_str!("../../templates/js/predict.js"),
+        (false, false) => include_str!("../../templates/js/check.js"),
+    }
+}
+
+/// The tool `name` as this repository's scripts/toolchains.sh installed it, else as found
+/// on the PATH.
+fn installed_tool(name: &str) -> String {
+    let installed = repository().join("target/toolchains/bin").join(name);
+    if installed.exists() {
+        absolute_text(&None, installed)
+    } else {
+        name.to_owned()
+    }
+}
+
 /// `path`, or `default`, as an absolute path's text (build scripts run from anywhere).
 fn absolute_text(path: &Option<PathBuf>, default: PathBuf) -> String {
     let path = path.clone().unwrap_or(default);
@@ -260,12 +284,7 @@ fn files(project: &NewProject) -> Vec<File> {
             } else {
                 ("sdk/c", "c", "clang-19", "-std=c17", "tensorplug.h")
             };
-            let wit_bindgen = repository.join("target/toolchains/bin/wit-bindgen");
-            let wit_bindgen = if wit_bindgen.exists() {
-                absolute_text(&None, wit_bindgen)
-            } else {
-                "wit-bindgen".to_owned()
-            };
+            let wit_bindgen = installed_tool("wit-bindgen");
             let stage_lines: Vec<String> = stages
                 .iter()
                 .map(|s| format!("stage {} {}.{ext} {}", s.world(), s.as_str(), s.as_str()))
@@ -287,6 +306,53 @@ fn files(project: &NewProject) -> Vec<File> {
                 ("cpp_needs", if cpp { ", libc++ for wasm32" } else { "" }.to_owned()),
             ]);
             (if cpp { "C++" } else { "C" }, format!("{}.{ext}", stage.as_str()))
+        }
+        NewLanguage::Python | NewLanguage::Js => {
+            let python = project.language == NewLanguage::Python;
+            let (ext, sdk, build, tool) = if python {
+                (
+                    "py",
+                    "sdk/python",
+                    include_str!("../../templates/python/build.sh"),
+                    "componentize-py",
+                )
+            } else {
+                (
+                    "js",
+                    "sdk/js",
+                    include_str!("../../templates/js/build.sh"),
+                    "componentize-js",
+                )
+            };
+            // Python names a module, JavaScript a file.
+            let stage_lines: Vec<String> = stages
+                .iter()
+                .map(|s| {
+                    let source = if python {
+                        s.as_str().to_owned()
+                    } else {
+                        format!("{}.js", s.as_str())
+                    };
+                    format!("stage {} {source} {}", s.world(), s.as_str())
+                })
+                .collect();
+            for s in &stages {
+                templates.push((format!("{}.{ext}", s.as_str()), script_source(*s, python)));
+            }
+            templates.push(("build.sh".into(), build));
+            values.extend([
+                ("sdk", absolute_text(&project.sdk, repository.join(sdk))),
+                ("wit", absolute_text(&project.wit, repository.join("wit"))),
+                (
+                    if python { "componentize_py" } else { "componentize_js" },
+                    installed_tool(tool),
+                ),
+                ("stage_lines", stage_lines.join("\n")),
+            ]);
+            (
+                if python { "Python" } else { "JavaScript" },
+                format!("{}.{ext}", stage.as_str()),
+            )
         }
     };
     values.push(("language", language.to_owned()));
@@ -366,6 +432,8 @@ mod tests {
             ("r", NewLanguage::Rust),
             ("c", NewLanguage::C),
             ("cpp", NewLanguage::Cpp),
+            ("py", NewLanguage::Python),
+            ("js", NewLanguage::Js),
         ];
         let stages = [NewStage::Preprocess, NewStage::Predict, NewStage::Postprocess];
         for ((language_name, language), stage) in languages.into_iter().flat_map(|l| stages.map(|s| (l, s))) {
