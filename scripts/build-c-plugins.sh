@@ -3,6 +3,8 @@
 # them components at load) and copies them into their model folders:
 #   examples/digits-c/predict.c      -> examples/models/digits-c/predict.wasm
 #   examples/digits-cpp/predict.cpp  -> examples/models/digits-cpp/predict.wasm
+#   tests/plugins/faulty-c/faulty.c   -> tests/models/faulty-c/predict.wasm
+#   tests/plugins/faulty-c/faulty.cpp -> tests/models/faulty-cpp/predict.wasm
 # The model folders' Rust stages come from scripts/build-plugins.sh, which calls this
 # script after building them. Bindings come from `wit-bindgen c|cpp` over wit/ into
 # <target>/c-plugins/, the SDK headers from sdk/c and sdk/cpp.
@@ -58,6 +60,9 @@ gen="$(bindings c predictor)"
 clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/digits-c-predict.wasm" \
     examples/digits-c/predict.c "$gen/predictor.c" "$gen/predictor_component_type.o" -lm
 copy "$work/digits-c-predict.wasm" examples/models/digits-c/predict.wasm
+clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/faulty-c.wasm" \
+    tests/plugins/faulty-c/faulty.c "$gen/predictor.c" "$gen/predictor_component_type.o"
+copy "$work/faulty-c.wasm" tests/models/faulty-c/predict.wasm
 # The SDK's README example (its first ```c block), compiled so that it stays correct.
 awk '/^```c$/ { on = 1; next } /^```$/ && on { exit } on' sdk/c/README.md >"$work/readme-example.c"
 [[ -s "$work/readme-example.c" ]] || fail "sdk/c/README.md has no \`\`\`c example"
@@ -68,6 +73,9 @@ gen="$(bindings cpp predictor)"
 clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "$work/digits-cpp-predict.wasm" \
     examples/digits-cpp/predict.cpp "$gen/predictor.cpp" "$gen/predictor_component_type.o"
 copy "$work/digits-cpp-predict.wasm" examples/models/digits-cpp/predict.wasm
+clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "$work/faulty-cpp.wasm" \
+    tests/plugins/faulty-c/faulty.cpp "$gen/predictor.cpp" "$gen/predictor_component_type.o"
+copy "$work/faulty-cpp.wasm" tests/models/faulty-cpp/predict.wasm
 awk '/^```cpp$/ { on = 1; next } /^```$/ && on { exit } on' sdk/cpp/README.md >"$work/readme-example.cpp"
 [[ -s "$work/readme-example.cpp" ]] || fail "sdk/cpp/README.md has no \`\`\`cpp example"
 clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "$work/readme-example-cpp.wasm" \
