@@ -2,7 +2,8 @@
 // answers as the Rust `digits-predict` and the C examples/digits-c. Loads
 // W0/b0/W1/b1.f32 from the model folder at init and classifies a batch
 // `input-0: FP32 [N, 64]` into `probabilities: FP32 [N, 10]` and `label: INT64 [N]`.
-// A blank image (every pixel 0) fails alone with a 422.
+// A blank image (every pixel 0) fails alone with a 422. Plugin metrics: the counter
+// `blank_images` and the histogram `batch_size`, as in the C example.
 //
 // Built by scripts/build-c-plugins.sh as a wasm32-wasip1 reactor module (-fno-exceptions),
 // which the host makes a component at load.
@@ -80,6 +81,11 @@ std::expected<tp::Prediction, tp::ItemError> exports::predictor::Predict(wit::ve
         else
             labels[i] = classify(image, proba.subspan(i * kClasses, kClasses));
     }
+    // The host refuses only a misused metric: a bug to log, not a reason to fail items.
+    auto counted = failures.empty() ? std::expected<void, tp::ItemError>{}
+                                    : tp::counter_add("blank_images", {}, double(failures.size()));
+    if (auto observed = counted ? tp::histogram_observe("batch_size", {}, double(n)) : counted; !observed)
+        tp::log(tp::Level::kWarn, "digits-cpp: metric refused: " + std::string(observed.error().message.get_view()));
     std::vector<tp::Tensor> outputs;
     outputs.push_back(std::move(probabilities));
     outputs.push_back(std::move(label));

@@ -11,7 +11,9 @@
  *   from `malloc`, and an empty list is { NULL, 0 }. The builders below do exactly that.
  *
  * Views (`tp_values`) point into the argument's own buffer (no copy): valid until the
- * argument is freed. Buffers the host hands over come from `malloc` (through
+ * argument is freed. Strings a helper only reads (names, labels) are borrowed
+ * NUL-terminated `const char *`; `tp_graph_t` owns the host's graph handles (drop them
+ * with `tp_graph_drop`, or keep them for the instance's life). Buffers the host hands over come from `malloc` (through
  * `cabi_realloc`), so they are aligned for every element type; the view checks anyway.
  *
  * Every helper that can fail says so with `false` / NULL and, where it takes one, fills an
@@ -544,9 +546,9 @@ static inline bool tp_graph_compute(const tp_graph_t *graph, const tp_tensor_t *
         if (results.ptr[i].f0.len > 0) free(results.ptr[i].f0.ptr);
     }
     if (results.len > 0) free(results.ptr);
-    if (!ok) {
+    if (!ok || made == 0) {
         tp_tensors_free(tensors, made);
-        return false;
+        return ok; /* no outputs: the empty list { NULL, 0 } */
     }
     *outputs = tensors;
     *n_outputs = made;

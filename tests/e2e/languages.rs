@@ -45,7 +45,8 @@ async fn serves_the_oracle(model: &str) {
 }
 
 /// A batch of 4 whose item 2 is blank: it passes preprocess (every pixel is in range) and
-/// the predict plugin answers it with its own 422; its neighbours get their digits.
+/// the predict plugin answers it with its own 422; its neighbours get their digits. The
+/// plugin counts blank images and observes batch sizes in its own metrics.
 async fn rejects_a_blank_item_alone(model: &str) {
     let repository = repository_of(model);
     let server = TestServer::start(repository.path()).await;
@@ -76,6 +77,13 @@ async fn rejects_a_blank_item_alone(model: &str) {
         .await;
     assert_eq!(status, 422, "{body}");
     assert!(body["error"].as_str().unwrap().contains("every pixel is 0"), "{body}");
+    // The plugin's own metrics (the SDK's metric helpers): one blank image per request,
+    // and the size of each predict call.
+    let metrics = common::metrics::scrape(&server).await;
+    let labels = [("model", model), ("version", "1")];
+    assert_eq!(metrics.value("tensorplug_plugin_blank_images_total", &labels), 2.0);
+    assert_eq!(metrics.histogram_count("tensorplug_plugin_batch_size", &labels), 2.0);
+    assert_eq!(metrics.value("tensorplug_plugin_batch_size_sum", &labels), 5.0);
     server.stop().await;
 }
 
