@@ -364,31 +364,32 @@ typedef struct tp_graph {
     wasi_nn_inference_own_graph_execution_context_t context;
 } tp_graph_t;
 
+/* The V2 datatypes wasi:nn can carry, each with its wasi:nn element type. */
+static const struct {
+    tp_datatype_t datatype;
+    wasi_nn_tensor_tensor_type_t type;
+} tp_nn_types_[] = {
+    {TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP16, WASI_NN_TENSOR_TENSOR_TYPE_FP16},
+    {TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP32, WASI_NN_TENSOR_TENSOR_TYPE_FP32},
+    {TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP64, WASI_NN_TENSOR_TENSOR_TYPE_FP64},
+    {TENSORPLUG_PLUGIN_TYPES_DATATYPE_UINT8, WASI_NN_TENSOR_TENSOR_TYPE_U8},
+    {TENSORPLUG_PLUGIN_TYPES_DATATYPE_INT32, WASI_NN_TENSOR_TENSOR_TYPE_I32},
+    {TENSORPLUG_PLUGIN_TYPES_DATATYPE_INT64, WASI_NN_TENSOR_TENSOR_TYPE_I64},
+};
+
 /* The wasi:nn element type of a V2 datatype: FP16, FP32, FP64, UINT8, INT32 and INT64
  * have one; false for the others. */
 static inline bool tp_nn_tensor_type(tp_datatype_t datatype, wasi_nn_tensor_tensor_type_t *out) {
-    switch (datatype) {
-    case TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP16: *out = WASI_NN_TENSOR_TENSOR_TYPE_FP16; return true;
-    case TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP32: *out = WASI_NN_TENSOR_TENSOR_TYPE_FP32; return true;
-    case TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP64: *out = WASI_NN_TENSOR_TENSOR_TYPE_FP64; return true;
-    case TENSORPLUG_PLUGIN_TYPES_DATATYPE_UINT8: *out = WASI_NN_TENSOR_TENSOR_TYPE_U8; return true;
-    case TENSORPLUG_PLUGIN_TYPES_DATATYPE_INT32: *out = WASI_NN_TENSOR_TENSOR_TYPE_I32; return true;
-    case TENSORPLUG_PLUGIN_TYPES_DATATYPE_INT64: *out = WASI_NN_TENSOR_TENSOR_TYPE_I64; return true;
-    default: return false;
-    }
+    for (size_t i = 0; i < sizeof tp_nn_types_ / sizeof tp_nn_types_[0]; i++)
+        if (tp_nn_types_[i].datatype == datatype) return *out = tp_nn_types_[i].type, true;
+    return false;
 }
 
 /* The V2 datatype of a wasi:nn element type; false for BF16, which V2 has not. */
 static inline bool tp_nn_datatype(wasi_nn_tensor_tensor_type_t type, tp_datatype_t *out) {
-    switch (type) {
-    case WASI_NN_TENSOR_TENSOR_TYPE_FP16: *out = TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP16; return true;
-    case WASI_NN_TENSOR_TENSOR_TYPE_FP32: *out = TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP32; return true;
-    case WASI_NN_TENSOR_TENSOR_TYPE_FP64: *out = TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP64; return true;
-    case WASI_NN_TENSOR_TENSOR_TYPE_U8: *out = TENSORPLUG_PLUGIN_TYPES_DATATYPE_UINT8; return true;
-    case WASI_NN_TENSOR_TENSOR_TYPE_I32: *out = TENSORPLUG_PLUGIN_TYPES_DATATYPE_INT32; return true;
-    case WASI_NN_TENSOR_TENSOR_TYPE_I64: *out = TENSORPLUG_PLUGIN_TYPES_DATATYPE_INT64; return true;
-    default: return false;
-    }
+    for (size_t i = 0; i < sizeof tp_nn_types_ / sizeof tp_nn_types_[0]; i++)
+        if (tp_nn_types_[i].type == type) return *out = tp_nn_types_[i].datatype, true;
+    return false;
 }
 
 /* The status an item gets for a wasi:nn error code, as in the Rust SDK: 400 when the
