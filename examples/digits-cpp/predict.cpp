@@ -57,9 +57,8 @@ std::expected<void, wit::string> exports::predictor::Init(wit::vector<tp::Parame
         if (auto read = tp::read_model_file(name, field); !read) return read;
     }
     tp::log(tp::Level::kDebug, "digits-cpp: weights loaded from /model");
-    if (auto declared = tensorplug::plugin::metadata::Declare("labels", "0,1,2,3,4,5,6,7,8,9"); !declared)
-        return declared;
-    return tensorplug::plugin::metadata::Declare("description", "The digits MLP, predicted by a plugin written in C++");
+    if (auto declared = tp::declare("labels", "0,1,2,3,4,5,6,7,8,9"); !declared) return declared;
+    return tp::declare("description", "The digits MLP, predicted by a plugin written in C++");
 }
 
 std::expected<tp::Prediction, tp::ItemError> exports::predictor::Predict(wit::vector<tp::Tensor> batch) {

@@ -96,6 +96,18 @@ template <class T> wit::vector<T> to_wit(std::vector<T> &&items) {
     return out;
 }
 
+// The value of parameter `name` (a view into `parameters`), or nullopt.
+inline std::optional<std::string_view> parameter(std::span<const Parameter> parameters, std::string_view name) {
+    for (const Parameter &p : parameters)
+        if (p.name.get_view() == name) return p.value.get_view();
+    return std::nullopt;
+}
+
+// Declares a metadata fact (only during Init); the host's refusal is Init's error.
+inline std::expected<void, wit::string> declare(std::string_view key, std::string_view value) {
+    return tensorplug::plugin::metadata::Declare(key, value);
+}
+
 // A line in the host's log, tagged with the model, version and stage.
 inline void log(Level level, std::string_view message) { tensorplug::plugin::log::Log(level, message); }
 

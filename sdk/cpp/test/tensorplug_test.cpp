@@ -109,6 +109,11 @@ std::expected<void, wit::string> tensorplug::plugin::metrics::HistogramObserve(s
     return metric("histogram", name, labels);
 }
 
+std::expected<void, wit::string> tensorplug::plugin::metadata::Declare(std::string_view key, std::string_view) {
+    if (key.empty()) return std::unexpected(wit::string::from_view("empty key"));
+    return {};
+}
+
 wasi::nn::tensor::Tensor::~Tensor() {
     if (handle >= 0) host_drop(handle, Kind::kTensor);
 }
@@ -233,6 +238,19 @@ void test_tensors() {
     CHECK(failed.error().status == 422 && failed.error().message.get_view() == "x: negative");
 }
 
+void test_parameters_and_metadata() {
+    std::vector<tp::Parameter> parameters;
+    parameters.push_back({wit::string::from_view("scale"), wit::string::from_view("2.5")});
+    parameters.push_back({wit::string::from_view("mode"), wit::string::from_view("")});
+    CHECK(tp::parameter(parameters, "scale") == "2.5");
+    CHECK(tp::parameter(parameters, "mode") == "");
+    CHECK(!tp::parameter(parameters, "missing"));
+    CHECK(!tp::parameter(parameters, "scal"));
+    CHECK(tp::declare("labels", "0,1"));
+    auto refused = tp::declare("", "x");
+    CHECK(!refused && refused.error().get_view() == "empty key");
+}
+
 void test_metrics() {
     CHECK(tp::counter_add("blank_images", {}, 2.0) && last_metric == "counter blank_images" && last_labels == 0);
     CHECK(tp::gauge_set("last_batch", {{"class", "7"}, {"stage", "predict"}}, 4.0) && last_labels == 2);
@@ -298,6 +316,7 @@ void test_graphs() {
 
 int main() {
     test_tensors();
+    test_parameters_and_metadata();
     test_metrics();
     test_nn_types();
     test_graphs();
