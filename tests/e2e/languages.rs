@@ -151,7 +151,7 @@ async fn replacement_time(server: &TestServer, model: &str) -> Duration {
 /// The issue's batch `[1, -1, 3, -5]` in one request: the abort fails its item with a 500
 /// naming the trap, the plugin's own rejection is that item's 422, the neighbours get
 /// 2x; running out of memory (-3) fails alone too, and after each the next request is
-/// served by a new instance.
+/// served by a new instance (the model counts the traps and the replacements).
 async fn aborts_and_oom_fail_their_item_alone(model: &str) {
     let repository = fault_repository(model, false);
     let server = TestServer::start(repository.path()).await;
@@ -177,6 +177,10 @@ async fn aborts_and_oom_fail_their_item_alone(model: &str) {
     let results = body["results"].as_array().unwrap();
     assert_eq!(output_f32(&results[0], "y"), vec![4.0]);
     let after_oom = replacement_time(&server, model).await;
+    let stats = common::stats(&server, model).await;
+    assert!(stats["traps"].as_u64().unwrap() >= 3, "{stats}");
+    assert!(stats["instance_replacements"].as_u64().unwrap() >= 3, "{stats}");
+    assert_eq!(stats["instances_live"], stats["instances"], "{stats}");
     println!(
         "{model}: trap-to-replacement (first request after the trap): after the batch {after_batch:?}, \
          after an abort {after_abort:?}, after running out of memory {after_oom:?}"
