@@ -55,7 +55,7 @@ if [[ -z "$cc" ]]; then
         "test-c-sdk: WARNING: the SDK tests run without them, so ownership mistakes can go unnoticed" >&2
 fi
 
-common=(-g -O1 -Wall -Wextra -Werror "${flags[@]}")
+common=(-g -O0 -Wall -Wextra -Werror "${flags[@]}")
 # Both at once: the C++ one (sanitized libstdc++ templates) takes most of the time.
 "$cc" -std=c17 "${common[@]}" -I"$work/gen-c" -Isdk/c -o "$work/c-test" sdk/c/test/tensorplug_test.c &
 c_build=$!
