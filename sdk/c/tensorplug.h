@@ -403,6 +403,7 @@ static inline uint16_t tp_nn_status(wasi_nn_errors_error_code_t code) {
     }
 }
 
+/* The name wasi:nn's WIT gives an error code, for messages. */
 static inline const char *tp_nn_code_name(wasi_nn_errors_error_code_t code) {
     static const char *const names[] = {"invalid-argument", "invalid-encoding", "timeout",
                                         "runtime-error",    "unsupported-operation", "too-large",
