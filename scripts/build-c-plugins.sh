@@ -4,6 +4,8 @@
 #   examples/digits-c/predict.c      -> examples/models/digits-c/predict.wasm
 #   examples/digits-cpp/predict.cpp  -> examples/models/digits-cpp/predict.wasm
 #   examples/digits-mixed/preprocess.c -> examples/models/digits-mixed/preprocess.wasm
+#   tests/plugins/faulty-c/faulty.c   -> tests/models/faulty-c/predict.wasm
+#   tests/plugins/faulty-c/faulty.cpp -> tests/models/faulty-cpp/predict.wasm
 # The model folders' Rust stages come from scripts/build-plugins.sh, which calls this
 # script after building them. Bindings come from `wit-bindgen c|cpp` over wit/ into
 # <target>/c-plugins/, the SDK headers from sdk/c and sdk/cpp.
@@ -59,11 +61,27 @@ gen="$(bindings c predictor)"
 clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/digits-c-predict.wasm" \
     examples/digits-c/predict.c "$gen/predictor.c" "$gen/predictor_component_type.o" -lm
 copy "$work/digits-c-predict.wasm" examples/models/digits-c/predict.wasm
-# The SDK's README example (its first ```c block), compiled so that it stays correct.
-awk '/^```c$/ { on = 1; next } /^```$/ && on { exit } on' sdk/c/README.md >"$work/readme-example.c"
-[[ -s "$work/readme-example.c" ]] || fail "sdk/c/README.md has no \`\`\`c example"
-clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/readme-example.wasm" \
-    "$work/readme-example.c" "$gen/predictor.c" "$gen/predictor_component_type.o"
+clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/faulty-c.wasm" \
+    tests/plugins/faulty-c/faulty.c "$gen/predictor.c" "$gen/predictor_component_type.o"
+copy "$work/faulty-c.wasm" tests/models/faulty-c/predict.wasm
+# Each ```LANGUAGE block of README (each a whole plugin) into $work/readme-LANGUAGE-N.EXT;
+# prints the files.
+readme_examples() {
+    local language="$1" readme="$2" ext="$3"
+    rm -f "$work/readme-$language-"*."$ext"
+    awk -v lang="$language" -v out="$work/readme-$language-" -v ext="$ext" '
+        $0 == "```" lang { on = 1; n++; next }
+        /^```$/ && on { on = 0; next }
+        on { print > (out n "." ext) }' "$readme"
+    ls "$work/readme-$language-"*."$ext" 2>/dev/null ||
+        fail "$readme has no \`\`\`$language example"
+}
+# The SDK's README examples, compiled so that they stay correct.
+examples="$(readme_examples c sdk/c/README.md c)"
+for example in $examples; do
+    clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "${example%.c}.wasm" \
+        "$example" "$gen/predictor.c" "$gen/predictor_component_type.o"
+done
 
 gen="$(bindings c preprocessor)"
 clang-19 "${flags[@]}" -std=c17 -I"$gen" -Isdk/c -o "$work/digits-mixed-preprocess.wasm" \
@@ -74,7 +92,11 @@ gen="$(bindings cpp predictor)"
 clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "$work/digits-cpp-predict.wasm" \
     examples/digits-cpp/predict.cpp "$gen/predictor.cpp" "$gen/predictor_component_type.o"
 copy "$work/digits-cpp-predict.wasm" examples/models/digits-cpp/predict.wasm
-awk '/^```cpp$/ { on = 1; next } /^```$/ && on { exit } on' sdk/cpp/README.md >"$work/readme-example.cpp"
-[[ -s "$work/readme-example.cpp" ]] || fail "sdk/cpp/README.md has no \`\`\`cpp example"
-clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "$work/readme-example-cpp.wasm" \
-    "$work/readme-example.cpp" "$gen/predictor.cpp" "$gen/predictor_component_type.o"
+clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "$work/faulty-cpp.wasm" \
+    tests/plugins/faulty-c/faulty.cpp "$gen/predictor.cpp" "$gen/predictor_component_type.o"
+copy "$work/faulty-cpp.wasm" tests/models/faulty-cpp/predict.wasm
+examples="$(readme_examples cpp sdk/cpp/README.md cpp)"
+for example in $examples; do
+    clang++-19 "${flags[@]}" -std=c++23 -fno-exceptions -I"$gen" -Isdk/cpp -o "${example%.cpp}.wasm" \
+        "$example" "$gen/predictor.cpp" "$gen/predictor_component_type.o"
+done

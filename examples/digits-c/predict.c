@@ -6,6 +6,10 @@
  * An image whose pixels are all 0 has nothing to classify: that item fails alone with a
  * 422, its neighbours get their rows.
  *
+ * Plugin metrics (on the host's /metrics, labelled with the model and version): the
+ * counter `blank_images` (`tensorplug_plugin_blank_images_total`) and the histogram
+ * `batch_size` of the predict calls.
+ *
  * Built by scripts/build-c-plugins.sh as a wasm32-wasip1 reactor module, which the host
  * makes a component at load.
  */
@@ -58,6 +62,17 @@ static bool blank(const float *x) {
     return true;
 }
 
+/* The host refuses only a misused metric (a bad name, a kind clash): a bug to log, not a
+ * reason to fail the predictions. */
+static void record_metrics(uint64_t batch_size, size_t blank_images) {
+    tp_item_error_t refused;
+    if ((blank_images > 0 && !tp_counter_add("blank_images", NULL, 0, (double)blank_images, &refused)) ||
+        !tp_histogram_observe("batch_size", NULL, 0, (double)batch_size, &refused)) {
+        tp_log(TP_WARN, "digits-c: metric refused: %.*s", (int)refused.message.len, (char *)refused.message.ptr);
+        free(refused.message.ptr);
+    }
+}
+
 bool exports_predictor_predict(predictor_list_tensor_t *batch, predictor_prediction_t *ret,
                                predictor_item_error_t *err) {
     static const int64_t shape[] = {-1, INPUTS};
@@ -87,5 +102,6 @@ bool exports_predictor_predict(predictor_list_tensor_t *batch, predictor_predict
             labels[i] = classify(image, proba + i * CLASSES);
     }
     predictor_list_tensor_free(batch);
+    record_metrics(n, ret->failures.len);
     return true;
 }

@@ -2,7 +2,8 @@
 // answers as the Rust `digits-predict` and the C examples/digits-c. Loads
 // W0/b0/W1/b1.f32 from the model folder at init and classifies a batch
 // `input-0: FP32 [N, 64]` into `probabilities: FP32 [N, 10]` and `label: INT64 [N]`.
-// A blank image (every pixel 0) fails alone with a 422.
+// A blank image (every pixel 0) fails alone with a 422. Plugin metrics: the counter
+// `blank_images` and the histogram `batch_size`, as in the C example.
 //
 // Built by scripts/build-c-plugins.sh as a wasm32-wasip1 reactor module (-fno-exceptions),
 // which the host makes a component at load.
@@ -56,9 +57,8 @@ std::expected<void, wit::string> exports::predictor::Init(wit::vector<tp::Parame
         if (auto read = tp::read_model_file(name, field); !read) return read;
     }
     tp::log(tp::Level::kDebug, "digits-cpp: weights loaded from /model");
-    if (auto declared = tensorplug::plugin::metadata::Declare("labels", "0,1,2,3,4,5,6,7,8,9"); !declared)
-        return declared;
-    return tensorplug::plugin::metadata::Declare("description", "The digits MLP, predicted by a plugin written in C++");
+    if (auto declared = tp::declare("labels", "0,1,2,3,4,5,6,7,8,9"); !declared) return declared;
+    return tp::declare("description", "The digits MLP, predicted by a plugin written in C++");
 }
 
 std::expected<tp::Prediction, tp::ItemError> exports::predictor::Predict(wit::vector<tp::Tensor> batch) {
@@ -80,6 +80,11 @@ std::expected<tp::Prediction, tp::ItemError> exports::predictor::Predict(wit::ve
         else
             labels[i] = classify(image, proba.subspan(i * kClasses, kClasses));
     }
+    // The host refuses only a misused metric: a bug to log, not a reason to fail items.
+    auto counted = failures.empty() ? std::expected<void, tp::ItemError>{}
+                                    : tp::counter_add("blank_images", {}, double(failures.size()));
+    if (auto observed = counted ? tp::histogram_observe("batch_size", {}, double(n)) : counted; !observed)
+        tp::log(tp::Level::kWarn, "digits-cpp: metric refused: " + std::string(observed.error().message.get_view()));
     std::vector<tp::Tensor> outputs;
     outputs.push_back(std::move(probabilities));
     outputs.push_back(std::move(label));

@@ -4,7 +4,8 @@
 // `input-0: FP32 [N, 64]` into `probabilities: FP32 [N, 10]` and `label: INT64 [N]`.
 //
 // An image whose pixels are all 0 has nothing to classify: that item fails alone with a
-// 422, its neighbours get their rows. Built by scripts/build-js-plugins.sh with
+// 422, its neighbours get their rows. The plugin counts those (`blank_images`) and
+// observes each batch's size (`batch_size`) in its own metrics. Built by scripts/build-js-plugins.sh with
 // componentize-js and the SDK in sdk/js.
 import * as tp from '../../sdk/js/tensorplug.js';
 
@@ -60,14 +61,19 @@ export const { init, predict } = tp.predictor({
     const n = pixels.length;
     const probabilities = tp.output('probabilities', 'fp32', [n, CLASSES]);
     const labels = tp.output('label', 'int64', [n]);
+    let blank = 0;
     for (let i = 0; i < n; i++) {
       const image = pixels.row(i);
       if (image.every((x) => x === 0)) {
         failures.fail(i, 422, 'input-0: every pixel is 0, there is no digit to classify');
+        blank += 1;
         continue;
       }
       labels.values[i] = BigInt(classify(image, probabilities.row(i)));
     }
+    // The plugin's own metrics, on the host's /metrics as tensorplug_plugin_*.
+    tp.histogramObserve('batch_size', n);
+    if (blank > 0) tp.counterAdd('blank_images', blank);
     return [probabilities, labels];
   },
 });

@@ -8,7 +8,8 @@ With the parameter `graph`, it runs that graph of `model.toml`'s `[graphs]` thro
 digits-onnx graph: same inputs, same outputs.
 
 An image whose pixels are all 0 has nothing to classify: that item fails alone with a 422,
-its neighbours get their rows. Built by scripts/build-python-plugins.sh with
+its neighbours get their rows. The plugin counts those (`blank_images`) and observes each
+batch's size (`batch_size`) in its own metrics. Built by scripts/build-python-plugins.sh with
 componentize-py and the SDK in sdk/python.
 """
 
@@ -52,6 +53,10 @@ class WitWorld(tp.Predictor):
         blank = {i for i, image in enumerate(pixels.rows()) if not any(image)}
         for i in blank:
             failures.fail(i, 422, "input-0: every pixel is 0, there is no digit to classify")
+        # The plugin's own metrics, on the host's /metrics as tensorplug_plugin_*.
+        tp.histogram_observe("batch_size", len(pixels))
+        if blank:
+            tp.counter_add("blank_images", len(blank))
         if self.graph is not None:
             computed = self.graph.compute({"input-0": pixels})
             return [computed["probabilities"], computed["label"]]

@@ -11,7 +11,9 @@
  *   from `malloc`, and an empty list is { NULL, 0 }. The builders below do exactly that.
  *
  * Views (`tp_values`) point into the argument's own buffer (no copy): valid until the
- * argument is freed. Buffers the host hands over come from `malloc` (through
+ * argument is freed. Strings a helper only reads (names, labels) are borrowed
+ * NUL-terminated `const char *`; `tp_graph_t` owns the host's graph handles (drop them
+ * with `tp_graph_drop`, or keep them for the instance's life). Buffers the host hands over come from `malloc` (through
  * `cabi_realloc`), so they are aligned for every element type; the view checks anyway.
  *
  * Every helper that can fail says so with `false` / NULL and, where it takes one, fills an
@@ -212,6 +214,17 @@ static inline tp_tensor_t *tp_tensors_new(size_t count) {
     return tensors;
 }
 
+/* Frees `count` tensors made by the builders (or by `tp_graph_compute`) and their array:
+ * for results the plugin ends up not handing back. */
+static inline void tp_tensors_free(tp_tensor_t *tensors, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        free(tensors[i].name.ptr);
+        free(tensors[i].shape.ptr);
+        free(tensors[i].data.ptr);
+    }
+    free(tensors);
+}
+
 /* ---- parameters -------------------------------------------------------------------- */
 
 /* The value of parameter `name` as a malloc'd NUL-terminated string (free it), or NULL. */
@@ -269,6 +282,278 @@ static inline bool tp_read_model_file(const char *name, void *out, size_t size, 
     bool longer = fgetc(file) != EOF;
     fclose(file);
     if (got != size || longer) return tp_string_printf(err, "%s: expected %zu bytes", path, size), false;
+    return true;
+}
+
+/* ---- plugin metrics ---------------------------------------------------------------- */
+
+/* A label of a metric: both strings borrowed (NUL-terminated), only read during the call. */
+typedef struct tp_label {
+    const char *name;
+    const char *value;
+} tp_label_t;
+
+/* The three `metrics` imports share this signature. */
+typedef bool (*tp_metric_update_t)(tp_string_t *name, tensorplug_plugin_metrics_list_label_t *labels, double value,
+                                   tp_string_t *reason);
+
+/* Labels that fit here cost no allocation. */
+#define TP_METRIC_STACK_LABELS 8
+
+/* Calls a `metrics` import. The host's refusal (a bad name, a kind clash, a full budget)
+ * fills `err` with 422 and the host's reason, as the Rust SDK's callers hand it back;
+ * with `err` NULL the reason is dropped (for metrics that are best effort). */
+static inline bool tp_metric_update_(tp_metric_update_t update, const char *name, const tp_label_t *labels,
+                                     size_t n_labels, double value, tp_item_error_t *err) {
+    tensorplug_plugin_metrics_label_t stack[TP_METRIC_STACK_LABELS];
+    tensorplug_plugin_metrics_label_t *pairs = stack;
+    if (n_labels > TP_METRIC_STACK_LABELS) {
+        pairs = (tensorplug_plugin_metrics_label_t *)malloc(n_labels * sizeof *pairs);
+        if (pairs == NULL) abort();
+    }
+    for (size_t i = 0; i < n_labels; i++) {
+        pairs[i].name = (tp_string_t){(uint8_t *)labels[i].name, strlen(labels[i].name)};
+        pairs[i].value = (tp_string_t){(uint8_t *)labels[i].value, strlen(labels[i].value)};
+    }
+    tp_string_t metric = {(uint8_t *)name, strlen(name)};
+    tensorplug_plugin_metrics_list_label_t list = {pairs, n_labels};
+    tp_string_t reason = {NULL, 0};
+    bool accepted = update(&metric, &list, value, &reason);
+    if (pairs != stack) free(pairs);
+    if (accepted) return true;
+    /* The reason is the bindings' allocation (a dangling non-NULL pointer when empty). */
+    if (reason.len == 0) reason.ptr = NULL;
+    if (err == NULL) {
+        free(reason.ptr);
+    } else {
+        err->status = 422;
+        err->message = reason; /* moved: the item error now owns it */
+    }
+    return false;
+}
+
+/* Adds `value` (finite, at least 0) to the counter `name` with `labels` (`n_labels` of
+ * them; NULL, 0 for none). Exported as `tensorplug_plugin_<name>_total`, labelled with
+ * the model and version too. On refusal: false and a 422 in `err` (if not NULL). */
+static inline bool tp_counter_add(const char *name, const tp_label_t *labels, size_t n_labels, double value,
+                                  tp_item_error_t *err) {
+    return tp_metric_update_(tensorplug_plugin_metrics_counter_add, name, labels, n_labels, value, err);
+}
+
+/* Sets the gauge `name` with `labels` to `value` (finite). As `tp_counter_add` on refusal. */
+static inline bool tp_gauge_set(const char *name, const tp_label_t *labels, size_t n_labels, double value,
+                                tp_item_error_t *err) {
+    return tp_metric_update_(tensorplug_plugin_metrics_gauge_set, name, labels, n_labels, value, err);
+}
+
+/* Records `value` (finite) in the histogram `name` with `labels` (buckets 0.005 .. 10).
+ * As `tp_counter_add` on refusal. */
+static inline bool tp_histogram_observe(const char *name, const tp_label_t *labels, size_t n_labels, double value,
+                                        tp_item_error_t *err) {
+    return tp_metric_update_(tensorplug_plugin_metrics_histogram_observe, name, labels, n_labels, value, err);
+}
+
+/* ---- wasi:nn graphs ------------------------------------------------------------------ */
+
+/* A graph of the model's `[graphs]` (model.toml) with its execution context: load it once
+ * (in init) with `tp_graph_by_name`, run it with `tp_graph_compute` as often as needed,
+ * release it with `tp_graph_drop` (or let the instance end). The host parses each graph
+ * once per model version; every instance shares it. */
+typedef struct tp_graph {
+    wasi_nn_graph_own_graph_t graph;
+    wasi_nn_inference_own_graph_execution_context_t context;
+} tp_graph_t;
+
+/* The V2 datatypes wasi:nn can carry, each with its wasi:nn element type. */
+static const struct {
+    tp_datatype_t datatype;
+    wasi_nn_tensor_tensor_type_t type;
+} tp_nn_types_[] = {
+    {TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP16, WASI_NN_TENSOR_TENSOR_TYPE_FP16},
+    {TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP32, WASI_NN_TENSOR_TENSOR_TYPE_FP32},
+    {TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP64, WASI_NN_TENSOR_TENSOR_TYPE_FP64},
+    {TENSORPLUG_PLUGIN_TYPES_DATATYPE_UINT8, WASI_NN_TENSOR_TENSOR_TYPE_U8},
+    {TENSORPLUG_PLUGIN_TYPES_DATATYPE_INT32, WASI_NN_TENSOR_TENSOR_TYPE_I32},
+    {TENSORPLUG_PLUGIN_TYPES_DATATYPE_INT64, WASI_NN_TENSOR_TENSOR_TYPE_I64},
+};
+
+/* The wasi:nn element type of a V2 datatype: FP16, FP32, FP64, UINT8, INT32 and INT64
+ * have one; false for the others. */
+static inline bool tp_nn_tensor_type(tp_datatype_t datatype, wasi_nn_tensor_tensor_type_t *out) {
+    for (size_t i = 0; i < sizeof tp_nn_types_ / sizeof tp_nn_types_[0]; i++)
+        if (tp_nn_types_[i].datatype == datatype) return *out = tp_nn_types_[i].type, true;
+    return false;
+}
+
+/* The V2 datatype of a wasi:nn element type; false for BF16, which V2 has not. */
+static inline bool tp_nn_datatype(wasi_nn_tensor_tensor_type_t type, tp_datatype_t *out) {
+    for (size_t i = 0; i < sizeof tp_nn_types_ / sizeof tp_nn_types_[0]; i++)
+        if (tp_nn_types_[i].type == type) return *out = tp_nn_types_[i].datatype, true;
+    return false;
+}
+
+/* The status an item gets for a wasi:nn error code, as in the Rust SDK: 400 when the
+ * inputs do not fit the graph (invalid-argument), 504 for a timeout, 500 otherwise (a
+ * missing or failing graph is the model's fault, not the client's). */
+static inline uint16_t tp_nn_status(wasi_nn_errors_error_code_t code) {
+    switch (code) {
+    case WASI_NN_ERRORS_ERROR_CODE_INVALID_ARGUMENT: return 400;
+    case WASI_NN_ERRORS_ERROR_CODE_TIMEOUT: return 504;
+    default: return 500;
+    }
+}
+
+/* The name wasi:nn's WIT gives an error code, for messages. */
+static inline const char *tp_nn_code_name(wasi_nn_errors_error_code_t code) {
+    static const char *const names[] = {"invalid-argument", "invalid-encoding", "timeout",
+                                        "runtime-error",    "unsupported-operation", "too-large",
+                                        "not-found",        "security",         "unknown"};
+    return code < sizeof names / sizeof names[0] ? names[code] : "unknown";
+}
+
+/* Turns a wasi:nn error (owned: dropped here) into `err`: "wasi:nn <code>: <message>"
+ * with `tp_nn_status`. Returns false. */
+static inline bool tp_nn_fail_(wasi_nn_errors_own_error_t error, tp_item_error_t *err) {
+    /* A borrow made from an own handle is not a handle of its own: nothing to drop. */
+    wasi_nn_errors_borrow_error_t borrowed = wasi_nn_errors_borrow_error(error);
+    wasi_nn_errors_error_code_t code = wasi_nn_errors_method_error_code(borrowed);
+    tp_string_t data = {NULL, 0};
+    wasi_nn_errors_method_error_data(borrowed, &data);
+    wasi_nn_errors_error_drop_own(error);
+    tp_fail(err, tp_nn_status(code), "wasi:nn %s: %.*s", tp_nn_code_name(code), (int)data.len, (const char *)data.ptr);
+    if (data.len > 0) free(data.ptr);
+    return false;
+}
+
+/* Loads the graph `name` of the model's `[graphs]` and an execution context for it into
+ * `graph`. On failure (e.g. not-found: no graph by that name) fills `err` and returns
+ * false, leaving nothing to drop. In init, hand `err->message` back as the init error
+ * (it is malloc'd; the status is then unused). */
+static inline bool tp_graph_by_name(const char *name, tp_graph_t *graph, tp_item_error_t *err) {
+    tp_string_t wanted = {(uint8_t *)name, strlen(name)};
+    wasi_nn_errors_own_error_t error;
+    if (!wasi_nn_graph_load_by_name(&wanted, &graph->graph, &error)) return tp_nn_fail_(error, err);
+    if (!wasi_nn_graph_method_graph_init_execution_context(wasi_nn_graph_borrow_graph(graph->graph), &graph->context,
+                                                           &error)) {
+        wasi_nn_graph_graph_drop_own(graph->graph);
+        return tp_nn_fail_(error, err);
+    }
+    return true;
+}
+
+/* Releases a graph from `tp_graph_by_name`: its context, then the graph. */
+static inline void tp_graph_drop(tp_graph_t *graph) {
+    wasi_nn_inference_graph_execution_context_drop_own(graph->context);
+    wasi_nn_graph_graph_drop_own(graph->graph);
+}
+
+/* One output of a compute as a tensor: its name and data moved (no copy), its shape
+ * widened to u64. Drops the output's handle. */
+static inline bool tp_nn_output_(wasi_nn_inference_named_tensor_t *named, tp_tensor_t *out, tp_item_error_t *err) {
+    wasi_nn_tensor_borrow_tensor_t borrowed = wasi_nn_tensor_borrow_tensor(named->f1);
+    wasi_nn_tensor_tensor_type_t type = wasi_nn_tensor_method_tensor_ty(borrowed);
+    tp_string_t name = named->f0;
+    if (name.len == 0) name.ptr = NULL;
+    named->f0 = (tp_string_t){NULL, 0};
+    tp_datatype_t datatype;
+    if (!tp_nn_datatype(type, &datatype)) {
+        wasi_nn_tensor_tensor_drop_own(named->f1);
+        tp_fail(err, 500, "wasi:nn unsupported-operation: output '%.*s': BF16 has no V2 datatype", (int)name.len,
+                (const char *)name.ptr);
+        free(name.ptr);
+        return false;
+    }
+    wasi_nn_tensor_tensor_dimensions_t dims;
+    wasi_nn_tensor_tensor_data_t data;
+    wasi_nn_tensor_method_tensor_dimensions(borrowed, &dims);
+    wasi_nn_tensor_method_tensor_data(borrowed, &data);
+    wasi_nn_tensor_tensor_drop_own(named->f1);
+    out->name = name;
+    out->datatype = datatype;
+    out->shape.len = dims.len;
+    out->shape.ptr = NULL;
+    if (dims.len > 0) {
+        out->shape.ptr = (uint64_t *)malloc(dims.len * sizeof(uint64_t));
+        if (out->shape.ptr == NULL) abort();
+        for (size_t d = 0; d < dims.len; d++) out->shape.ptr[d] = dims.ptr[d];
+        free(dims.ptr);
+    }
+    out->data.len = data.len;
+    out->data.ptr = data.len > 0 ? data.ptr : NULL;
+    return true;
+}
+
+/* Runs `graph` on `count` inputs (borrowed: the host copies them; each by its name, and a
+ * graph with one input takes any name). On success `*outputs` is a malloc'd array of
+ * `*n_outputs` tensors in the graph's output order, each named as the graph names it and
+ * malloc'd as results must be: move them into a prediction's outputs (rename them with
+ * `free(t.name.ptr); tp_string_printf(&t.name, "...")`) or free them with
+ * `tp_tensors_free`. On failure fills `err` (400 when the inputs do not fit the graph:
+ * wrong names, types or shapes, a datatype wasi:nn cannot carry; 504 timeout; 500
+ * otherwise), sets `*outputs` to NULL and returns false. */
+static inline bool tp_graph_compute(const tp_graph_t *graph, const tp_tensor_t *inputs, size_t count,
+                                    tp_tensor_t **outputs, size_t *n_outputs, tp_item_error_t *err) {
+    *outputs = NULL;
+    *n_outputs = 0;
+    /* Everything that can be refused is checked before any tensor handle exists. */
+    wasi_nn_tensor_tensor_type_t *types =
+        (wasi_nn_tensor_tensor_type_t *)malloc((count ? count : 1) * sizeof *types);
+    if (types == NULL) abort();
+    for (size_t i = 0; i < count; i++) {
+        const tp_tensor_t *t = &inputs[i];
+        bool narrow = true;
+        for (size_t d = 0; d < t->shape.len; d++) narrow = narrow && t->shape.ptr[d] <= UINT32_MAX;
+        if (!tp_nn_tensor_type(t->datatype, &types[i]) || !narrow) {
+            free(types);
+            return tp_fail(err, 400, "wasi:nn invalid-argument: invalid input '%.*s': %s", (int)t->name.len,
+                           (const char *)t->name.ptr,
+                           narrow ? "wasi:nn cannot carry its datatype" : "a dimension exceeds u32");
+        }
+    }
+    wasi_nn_inference_named_tensor_t *named =
+        (wasi_nn_inference_named_tensor_t *)malloc((count ? count : 1) * sizeof *named);
+    if (named == NULL) abort();
+    for (size_t i = 0; i < count; i++) {
+        const tp_tensor_t *t = &inputs[i];
+        uint32_t *dims = (uint32_t *)malloc((t->shape.len ? t->shape.len : 1) * sizeof(uint32_t));
+        if (dims == NULL) abort();
+        for (size_t d = 0; d < t->shape.len; d++) dims[d] = (uint32_t)t->shape.ptr[d];
+        wasi_nn_tensor_tensor_dimensions_t dimensions = {dims, t->shape.len};
+        wasi_nn_tensor_tensor_data_t data = {t->data.ptr, t->data.len};
+        named[i].f0 = t->name; /* borrowed: the host copies it */
+        named[i].f1 = wasi_nn_tensor_constructor_tensor(&dimensions, types[i], &data);
+        free(dims);
+    }
+    free(types);
+    /* The input handles move to the host with the call, whatever it answers. */
+    wasi_nn_inference_list_named_tensor_t list = {named, count}, results = {NULL, 0};
+    wasi_nn_errors_own_error_t error;
+    bool computed = wasi_nn_inference_method_graph_execution_context_compute(
+        wasi_nn_inference_borrow_graph_execution_context(graph->context), &list, &results, &error);
+    free(named);
+    if (!computed) return tp_nn_fail_(error, err);
+    tp_tensor_t *tensors = tp_tensors_new(results.len ? results.len : 1);
+    size_t made = 0;
+    bool ok = true;
+    for (size_t i = 0; i < results.len; i++) {
+        if (ok && tp_nn_output_(&results.ptr[i], &tensors[made], err)) {
+            made++;
+            continue;
+        }
+        if (ok) { /* the failing output was released by tp_nn_output_ */
+            ok = false;
+            continue;
+        }
+        wasi_nn_tensor_tensor_drop_own(results.ptr[i].f1);
+        if (results.ptr[i].f0.len > 0) free(results.ptr[i].f0.ptr);
+    }
+    if (results.len > 0) free(results.ptr);
+    if (!ok || made == 0) {
+        tp_tensors_free(tensors, made);
+        return ok; /* no outputs: the empty list { NULL, 0 } */
+    }
+    *outputs = tensors;
+    *n_outputs = made;
     return true;
 }
 

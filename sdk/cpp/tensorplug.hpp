@@ -18,6 +18,8 @@
 #include <cstdio>
 #include <cstring>
 #include <expected>
+#include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -94,6 +96,18 @@ template <class T> wit::vector<T> to_wit(std::vector<T> &&items) {
     return out;
 }
 
+// The value of parameter `name` (a view into `parameters`), or nullopt.
+inline std::optional<std::string_view> parameter(std::span<const Parameter> parameters, std::string_view name) {
+    for (const Parameter &p : parameters)
+        if (p.name.get_view() == name) return p.value.get_view();
+    return std::nullopt;
+}
+
+// Declares a metadata fact (only during Init); the host's refusal is Init's error.
+inline std::expected<void, wit::string> declare(std::string_view key, std::string_view value) {
+    return tensorplug::plugin::metadata::Declare(key, value);
+}
+
 // A line in the host's log, tagged with the model, version and stage.
 inline void log(Level level, std::string_view message) { tensorplug::plugin::log::Log(level, message); }
 
@@ -110,6 +124,154 @@ inline std::expected<void, wit::string> read_model_file(std::string_view name, s
         return std::unexpected(wit::string::from_view(path + ": expected " + std::to_string(out.size()) + " bytes"));
     return {};
 }
+
+// ---- plugin metrics ------------------------------------------------------------------
+
+// A metric's label: both views only read during the call.
+using Label = std::pair<std::string_view, std::string_view>;
+
+namespace detail {
+using MetricUpdate = std::expected<void, wit::string> (*)(std::string_view, std::span<tensorplug::plugin::metrics::Label const>,
+                                                          double);
+
+// Calls a `metrics` import; the host's refusal (a bad name, a kind clash, a full budget)
+// becomes a 422 carrying the host's reason, as the Rust and C SDKs' callers hand it back.
+inline std::expected<void, ItemError> metric(MetricUpdate update, std::string_view name,
+                                             std::initializer_list<Label> labels, double value) {
+    std::vector<tensorplug::plugin::metrics::Label> pairs;
+    pairs.reserve(labels.size());
+    for (auto [key, label] : labels) pairs.push_back({wit::string::from_view(key), wit::string::from_view(label)});
+    auto updated = update(name, pairs, value);
+    if (!updated) return std::unexpected(ItemError{422, std::move(updated.error())});
+    return {};
+}
+} // namespace detail
+
+// Adds `value` (finite, at least 0) to the counter `name` (exported as
+// `tensorplug_plugin_<name>_total`, labelled with the model, the version and `labels`).
+inline std::expected<void, ItemError> counter_add(std::string_view name, std::initializer_list<Label> labels,
+                                                  double value) {
+    return detail::metric(tensorplug::plugin::metrics::CounterAdd, name, labels, value);
+}
+
+// Sets the gauge `name` with `labels` to `value` (finite).
+inline std::expected<void, ItemError> gauge_set(std::string_view name, std::initializer_list<Label> labels,
+                                                double value) {
+    return detail::metric(tensorplug::plugin::metrics::GaugeSet, name, labels, value);
+}
+
+// Records `value` (finite) in the histogram `name` with `labels` (buckets 0.005 .. 10).
+inline std::expected<void, ItemError> histogram_observe(std::string_view name, std::initializer_list<Label> labels,
+                                                        double value) {
+    return detail::metric(tensorplug::plugin::metrics::HistogramObserve, name, labels, value);
+}
+
+// ---- wasi:nn graphs ------------------------------------------------------------------
+
+namespace nn = wasi::nn;
+
+// The wasi:nn element type of a V2 datatype: FP16, FP32, FP64, UINT8, INT32, INT64.
+inline std::optional<nn::tensor::TensorType> nn_tensor_type(Datatype datatype) {
+    using T = nn::tensor::TensorType;
+    switch (datatype) {
+    case Datatype::kFp16: return T::kFp16;
+    case Datatype::kFp32: return T::kFp32;
+    case Datatype::kFp64: return T::kFp64;
+    case Datatype::kUint8: return T::kU8;
+    case Datatype::kInt32: return T::kI32;
+    case Datatype::kInt64: return T::kI64;
+    default: return std::nullopt;
+    }
+}
+
+// The V2 datatype of a wasi:nn element type (BF16 has none).
+inline std::optional<Datatype> nn_datatype(nn::tensor::TensorType type) {
+    using T = nn::tensor::TensorType;
+    switch (type) {
+    case T::kFp16: return Datatype::kFp16;
+    case T::kFp32: return Datatype::kFp32;
+    case T::kFp64: return Datatype::kFp64;
+    case T::kU8: return Datatype::kUint8;
+    case T::kI32: return Datatype::kInt32;
+    case T::kI64: return Datatype::kInt64;
+    default: return std::nullopt;
+    }
+}
+
+// A wasi:nn error as an item error, as in the Rust and C SDKs: 400 for invalid-argument
+// (the inputs do not fit the graph), 504 for a timeout, 500 otherwise.
+inline ItemError nn_error(const nn::errors::Error &error) {
+    using C = nn::errors::ErrorCode;
+    static constexpr const char *names[] = {"invalid-argument", "invalid-encoding", "timeout",
+                                            "runtime-error",    "unsupported-operation", "too-large",
+                                            "not-found",        "security",         "unknown"};
+    C code = error.Code();
+    auto index = size_t(code);
+    uint16_t status = code == C::kInvalidArgument ? 400 : code == C::kTimeout ? 504 : 500;
+    std::string message = std::string("wasi:nn ") + (index < std::size(names) ? names[index] : "unknown") + ": " +
+                          std::string(error.Data().get_view());
+    return ItemError{status, wit::string::from_view(message)};
+}
+
+// A graph of the model's `[graphs]` (model.toml) with its execution context; the host
+// parses each graph once per model version and every instance shares it. Load it once
+// (in Init, or on first use) and compute as often as needed; RAII releases both.
+class Graph {
+  public:
+    static std::expected<Graph, ItemError> by_name(std::string_view name) {
+        auto graph = nn::graph::LoadByName(name);
+        if (!graph) return std::unexpected(nn_error(graph.error()));
+        auto context = graph->InitExecutionContext();
+        if (!context) return std::unexpected(nn_error(context.error()));
+        return Graph(std::move(*graph), std::move(*context));
+    }
+
+    // Runs the graph: each input by its name (a graph with one input takes any name; the
+    // host copies them), outputs named as the graph names them, in its order, ready to be
+    // moved into a prediction's outputs.
+    std::expected<std::vector<Tensor>, ItemError> compute(std::span<const Tensor> inputs) const {
+        std::vector<std::tuple<std::string_view, nn::tensor::Tensor>> named;
+        named.reserve(inputs.size());
+        for (const Tensor &t : inputs) {
+            std::string name(t.name.get_view());
+            auto type = nn_tensor_type(t.datatype);
+            if (!type) return fail(400, "wasi:nn invalid-argument: invalid input '" + name + "': wasi:nn cannot carry its datatype");
+            std::vector<uint32_t> dims;
+            for (uint64_t d : t.shape.get_const_view()) {
+                if (d > UINT32_MAX) return fail(400, "wasi:nn invalid-argument: invalid input '" + name + "': a dimension exceeds u32");
+                dims.push_back(uint32_t(d));
+            }
+            named.emplace_back(t.name.get_view(), nn::tensor::Tensor(dims, *type, t.data.get_const_view()));
+        }
+        auto computed = context_.Compute(named);
+        // The handles moved to the host with the call, but the bindings (wit-bindgen cpp
+        // 0.63) lower the list in place, writing each handle back into its Tensor: forget
+        // them here, or their destructors would drop handles this instance no longer owns.
+        for (auto &input : named) (void)std::get<1>(input).into_handle();
+        if (!computed) return std::unexpected(nn_error(computed.error()));
+        std::vector<Tensor> outputs;
+        outputs.reserve(computed->size());
+        for (auto &[name, tensor] : computed->get_view()) {
+            auto datatype = nn_datatype(tensor.Ty());
+            if (!datatype)
+                return fail(500, "wasi:nn unsupported-operation: output '" + std::string(name.get_view()) +
+                                     "': BF16 has no V2 datatype");
+            auto dims = tensor.Dimensions();
+            auto shape = wit::vector<uint64_t>::allocate(dims.size());
+            for (size_t d = 0; d < dims.size(); d++) shape.initialize(d, uint64_t(dims[d]));
+            outputs.push_back(Tensor{std::move(name), *datatype, std::move(shape), tensor.Data()});
+        }
+        return outputs;
+    }
+
+  private:
+    Graph(nn::graph::Graph graph, nn::inference::GraphExecutionContext context)
+        : graph_(std::move(graph)), context_(std::move(context)) {}
+
+    // Destroyed in reverse order: the context before the graph it came from.
+    nn::graph::Graph graph_;
+    nn::inference::GraphExecutionContext context_;
+};
 
 } // namespace tp
 
