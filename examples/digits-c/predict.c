@@ -81,7 +81,7 @@ bool exports_predictor_predict(predictor_list_tensor_t *batch, predictor_predict
     const tp_tensor_t *x = tp_find(batch->ptr, batch->len, "input-0", err);
     if (x == NULL || !tp_expect(x, TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP32, shape, 2, err) ||
         (pixels = tp_values(x, &count, err)) == NULL) {
-        predictor_list_tensor_free(batch);
+        tp_tensors_free(batch->ptr, batch->len);
         return false;
     }
     uint64_t n = x->shape.ptr[0];
@@ -101,7 +101,7 @@ bool exports_predictor_predict(predictor_list_tensor_t *batch, predictor_predict
         else
             labels[i] = classify(image, proba + i * CLASSES);
     }
-    predictor_list_tensor_free(batch);
+    tp_tensors_free(batch->ptr, batch->len);
     record_metrics(n, ret->failures.len);
     return true;
 }

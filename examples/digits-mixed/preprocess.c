@@ -62,5 +62,5 @@ void exports_preprocessor_preprocess(preprocessor_list_item_t *items, preprocess
         preprocessor_result_item_item_error_t *result = &ret->ptr[i];
         result->is_err = !flatten(&items->ptr[i], &result->val.ok, &result->val.err);
     }
-    preprocessor_list_item_free(items);
+    tp_items_free(items->ptr, items->len);
 }

@@ -3,9 +3,12 @@
  * (predictor.h, preprocessor.h or postprocessor.h) first, then this one.
  *
  * Ownership, which the generated bindings leave to you:
- * - An export's arguments belong to the plugin: free them before returning (e.g.
- *   `predictor_list_tensor_free(batch)`, `predictor_list_parameter_free(parameters)`),
- *   after the last use of any view into them.
+ * - An export's arguments belong to the plugin: free them before returning, after the
+ *   last use of any view into them: tensors with `tp_tensors_free(batch->ptr, batch->len)`,
+ *   items with `tp_items_free(items->ptr, items->len)`, parameters with the generated
+ *   `predictor_list_parameter_free(parameters)`. Not with the generated
+ *   `predictor_list_tensor_free` or `..._list_item_free`: wit-bindgen 0.63's C generator
+ *   forgets each tensor's `data` there, which leaks every batch's bytes.
  * - An export's results are freed by the bindings after the host has copied them, with
  *   `free`: every pointer in a result (names, shapes, data, messages, lists) must come
  *   from `malloc`, and an empty list is { NULL, 0 }. The builders below do exactly that.
@@ -214,15 +217,24 @@ static inline tp_tensor_t *tp_tensors_new(size_t count) {
     return tensors;
 }
 
-/* Frees `count` tensors made by the builders (or by `tp_graph_compute`) and their array:
- * for results the plugin ends up not handing back. */
+/* Frees `count` tensors and their array: an export's tensor arguments (e.g. predict's
+ * `batch->ptr, batch->len`), or results the plugin ends up not handing back (made by the
+ * builders or by `tp_graph_compute`). Each buffer is freed only if it is not empty: the
+ * bindings give an empty list a dangling pointer. */
 static inline void tp_tensors_free(tp_tensor_t *tensors, size_t count) {
     for (size_t i = 0; i < count; i++) {
-        free(tensors[i].name.ptr);
-        free(tensors[i].shape.ptr);
-        free(tensors[i].data.ptr);
+        if (tensors[i].name.len > 0) free(tensors[i].name.ptr);
+        if (tensors[i].shape.len > 0) free(tensors[i].shape.ptr);
+        if (tensors[i].data.len > 0) free(tensors[i].data.ptr);
     }
-    free(tensors);
+    if (count > 0) free(tensors);
+}
+
+/* Frees `count` items (each a list of tensors) and their array: a pre- or postprocess
+ * export's `items->ptr, items->len`, or the items it does not hand back. */
+static inline void tp_items_free(tensorplug_plugin_types_item_t *items, size_t count) {
+    for (size_t i = 0; i < count; i++) tp_tensors_free(items[i].ptr, items[i].len);
+    if (count > 0) free(items);
 }
 
 /* ---- parameters -------------------------------------------------------------------- */

@@ -20,6 +20,7 @@ mod grpc;
 mod grpc_edge;
 mod interpreted;
 mod languages;
+mod leaks;
 mod logs;
 mod metadata;
 mod metrics;

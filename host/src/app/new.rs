@@ -355,6 +355,15 @@ fn files(project: &NewProject) -> Vec<File> {
             )
         }
     };
+    // What an instance of each language needs: SpiderMonkey's heap grows to ~80 MiB
+    // under steady load before its collector holds it there (benches/languages.rs).
+    let (memory_mib, memory_why) = match project.language {
+        NewLanguage::Js => ("128", "SpiderMonkey's heap settles at ~80 MiB under load"),
+        NewLanguage::Python => ("64", "CPython's heap (~13 MiB at start) included"),
+        NewLanguage::Rust | NewLanguage::C | NewLanguage::Cpp => ("64", "the default"),
+    };
+    values.push(("memory_mib", memory_mib.to_owned()));
+    values.push(("memory_why", memory_why.to_owned()));
     values.push(("language", language.to_owned()));
     values.push(("source", source));
     templates.push((

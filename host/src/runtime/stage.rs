@@ -251,6 +251,11 @@ impl StageInstance {
         &self.template
     }
 
+    /// How much linear memory the instance has (its cap is `limits.memory_mib`).
+    pub fn memory_bytes(&self) -> usize {
+        self.store.data().memory_bytes()
+    }
+
     /// Runs preprocess or postprocess (whichever this stage is) on `items`.
     ///
     /// The items are lent, not copied: they are moved into the binding's types for the

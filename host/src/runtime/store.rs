@@ -136,6 +136,11 @@ pub struct StoreState {
 }
 
 impl StoreState {
+    /// The instance's linear memory, all memories together, in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        self.limits.memory_used
+    }
+
     /// Guest output written since the last call to this, as text.
     pub fn take_output(&self) -> String {
         self.output.drain()

@@ -32,9 +32,9 @@ void exports_{{world}}_{{stage}}({{world}}_list_item_t *items, {{world}}_list_re
         {{world}}_result_item_item_error_t *result = &ret->ptr[i];
         result->is_err = !check(&items->ptr[i], &result->val.err);
         if (result->is_err)
-            {{world}}_item_free(&items->ptr[i]);
+            tp_tensors_free(items->ptr[i].ptr, items->ptr[i].len);
         else
             result->val.ok = items->ptr[i];
     }
-    free(items->ptr);
+    if (items->len > 0) free(items->ptr); /* the items themselves moved into the results */
 }

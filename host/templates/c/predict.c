@@ -18,7 +18,7 @@ bool exports_predictor_predict(predictor_list_tensor_t *batch, predictor_predict
     const tp_tensor_t *x = tp_find(batch->ptr, batch->len, "x", err);
     if (x == NULL || !tp_expect(x, TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP32, shape, 2, err) ||
         (x_values = tp_values(x, &count, err)) == NULL) {
-        predictor_list_tensor_free(batch);
+        tp_tensors_free(batch->ptr, batch->len);
         return false;
     }
     uint64_t n = x->shape.ptr[0];
@@ -33,6 +33,6 @@ bool exports_predictor_predict(predictor_list_tensor_t *batch, predictor_predict
             tp_fail_item(&ret->failures, (uint32_t)i, 422, "x: %g is negative", (double)x_values[i]);
         y[i] = 2.0f * x_values[i];
     }
-    predictor_list_tensor_free(batch);
+    tp_tensors_free(batch->ptr, batch->len);
     return true;
 }

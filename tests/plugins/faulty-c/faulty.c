@@ -100,7 +100,7 @@ bool exports_predictor_predict(predictor_list_tensor_t *batch, predictor_predict
     const tp_tensor_t *input = tp_find(batch->ptr, batch->len, "x", err);
     if (input == NULL || !tp_expect(input, TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP32, shape, 2, err) ||
         (x = tp_values(input, &n, err)) == NULL) {
-        predictor_list_tensor_free(batch);
+        tp_tensors_free(batch->ptr, batch->len);
         return false;
     }
     ret->outputs.ptr = tp_tensors_new(1);
@@ -132,6 +132,6 @@ bool exports_predictor_predict(predictor_list_tensor_t *batch, predictor_predict
             free(item.message.ptr);
         }
     }
-    predictor_list_tensor_free(batch);
+    tp_tensors_free(batch->ptr, batch->len);
     return true;
 }
