@@ -16,15 +16,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-fail() {
-    printf 'build-c-plugins: %s\n' "$*" >&2
-    exit 1
-}
-
-target_dir="$(cargo metadata --format-version 1 --no-deps |
-    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-[[ -n "$target_dir" ]] || fail "no target_directory in cargo metadata"
-tools="${TENSORPLUG_TOOLCHAINS:-$target_dir/toolchains}"
+script=build-c-plugins
+source scripts/lib/plugins.sh
 wit_bindgen="$tools/bin/wit-bindgen"
 for tool in "$wit_bindgen" clang-19 clang++-19 wasm-ld-19; do
     command -v "$tool" >/dev/null 2>&1 ||
@@ -48,13 +41,6 @@ bindings() {
 # main); simd128 as for the Rust plugins; no debug info, which wasi-libc's libc.a carries
 # and would triple the size.
 flags=(--target=wasm32-wasi -mexec-model=reactor -O2 -msimd128 -Wall -Wextra -Werror -Wl,--strip-debug)
-
-copy() {
-    local artifact="$1" dest="$2"
-    mkdir -p "$(dirname "$dest")"
-    cp "$artifact" "$dest"
-    printf '%-40s %8d bytes\n' "$dest" "$(wc -c <"$dest")"
-}
 
 mkdir -p "$work"
 gen="$(bindings c predictor)"

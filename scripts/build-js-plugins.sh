@@ -17,7 +17,8 @@ set -euo pipefail
 script=build-js-plugins
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-source scripts/lib/componentize.sh
+source scripts/lib/plugins.sh
+work="$target_dir/script-plugins"
 
 componentize_js="$(installed_tool componentize-js js)"
 tool_version="componentize-js $(node -p "require('$tools/js/node_modules/@bytecodealliance/componentize-js/package.json').version")"

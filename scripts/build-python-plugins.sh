@@ -13,7 +13,8 @@ set -euo pipefail
 script=build-python-plugins
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-source scripts/lib/componentize.sh
+source scripts/lib/plugins.sh
+work="$target_dir/script-plugins"
 
 componentize_py="$(installed_tool componentize-py python)"
 tool_version="$("$componentize_py" --version)"

@@ -14,15 +14,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-fail() {
-    printf 'test-c-sdk: FAILED: %s\n' "$*" >&2
-    exit 1
-}
-
-target_dir="$(cargo metadata --format-version 1 --no-deps |
-    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-[[ -n "$target_dir" ]] || fail "no target_directory in cargo metadata"
-wit_bindgen="${TENSORPLUG_TOOLCHAINS:-$target_dir/toolchains}/bin/wit-bindgen"
+script=test-c-sdk
+source scripts/lib/plugins.sh
+wit_bindgen="$tools/bin/wit-bindgen"
 [[ -x "$wit_bindgen" ]] ||
     fail "$wit_bindgen is missing: install the C and C++ toolchains with ./scripts/toolchains.sh c cpp"
 

@@ -9,7 +9,9 @@ set -euo pipefail
 script=test-sdks
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-source scripts/lib/componentize.sh
+source scripts/lib/plugins.sh
+work="$target_dir/script-plugins"
+mkdir -p "$work"
 
 componentize_py="$(installed_tool componentize-py python)"
 bindings="$work/python-bindings"

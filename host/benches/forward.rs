@@ -11,76 +11,19 @@
 //!
 //! Build the plugins first (`./scripts/build-plugins.sh`), then `cargo bench --bench forward`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
+use common::{digits_batch, images, root};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use digits_model::{forward, Weights, CLASSES, INPUTS};
-use tensorplug::model::tensor::{DataType, Tensor};
-use tensorplug::model::StageKind;
 use tensorplug::runtime::nn::{GraphLimits, ModelGraphs, NnTensor, TensorType};
-use tensorplug::runtime::{ModelShared, Runtime, SandboxLimits, StageTag, StageTemplate};
+use tensorplug::runtime::{ModelShared, Runtime, StageTemplate};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+mod common;
 
-/// The first `n` test images, flattened.
-fn images(n: usize) -> Vec<f32> {
-    let text = std::fs::read_to_string(root().join("tests/data/digits/test_requests.jsonl")).expect("test requests");
-    text.lines()
-        .take(n)
-        .flat_map(|line| {
-            let request: serde_json::Value = serde_json::from_str(line).expect("json line");
-            request["inputs"][0]["data"]
-                .as_array()
-                .expect("data")
-                .iter()
-                .map(|v| v.as_f64().expect("number") as f32)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// The predict stage's batch: `input-0: FP32 [n, 64]`.
-fn digits_batch(n: usize, bytes: &[u8]) -> Vec<Tensor> {
-    vec![Tensor {
-        name: "input-0".into(),
-        datatype: DataType::Fp32,
-        shape: vec![n as u64, INPUTS as u64],
-        data: bytes.to_vec(),
-    }]
-}
-
-/// The predict stage of the model folder `examples/models/<model>`, loaded as the server
-/// loads it.
+/// The predict stage of `examples/models/<model>`, loaded as the server loads it.
 fn predict_template(runtime: &Runtime, model: &str, shared: Arc<ModelShared>) -> Arc<StageTemplate> {
-    let dir = root().join("examples/models").join(model);
-    let tag = StageTag {
-        model: model.into(),
-        version: "1".into(),
-        stage: "predict",
-        shared,
-    };
-    let limits = SandboxLimits {
-        memory_bytes: 64 << 20,
-        table_elements: 10_000,
-        max_handles: 128,
-        call_timeout: Duration::from_secs(10),
-        init_timeout: Duration::from_secs(10),
-        compile_timeout: Duration::from_secs(300),
-    };
-    StageTemplate::load(
-        runtime,
-        StageKind::Predict,
-        &dir.join("predict.wasm"),
-        &dir,
-        tag,
-        limits,
-        &[],
-    )
-    .unwrap_or_else(|e| panic!("{model}/predict.wasm (run ./scripts/build-plugins.sh): {e}"))
+    common::load_predict(runtime, model, 64, shared, &[]).0
 }
 
 fn forward_pass(c: &mut Criterion) {

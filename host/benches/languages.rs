@@ -7,85 +7,53 @@
 //! instance's linear memory and resident memory (the growth of this process's RSS over 4
 //! instances, divided by 4: what an instance really touches). Then criterion: `instantiate`
 //! (a new instance and its `init`, which is what replacing a trapped instance costs) and
-//! `predict` at batch 1 and 32.
+//! `predict` at batch 1 and 32. `python_nn` is the Python plugin running the digits ONNX
+//! graph through `wasi:nn` (the predict stage of digits-mixed) instead of its own loop.
 //!
 //! Build the plugins first (`./scripts/build-plugins.sh`), then `cargo bench --bench languages`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::{digits_batch, images, root};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use tensorplug::model::tensor::{DataType, Tensor};
-use tensorplug::model::StageKind;
-use tensorplug::runtime::{Runtime, SandboxLimits, StageTag, StageTemplate};
+use tensorplug::runtime::nn::{GraphLimits, ModelGraphs};
+use tensorplug::runtime::{ModelShared, Runtime, StageTemplate};
 
-const LANGUAGES: [(&str, &str); 5] = [
+mod common;
+
+const LANGUAGES: [(&str, &str); 6] = [
     ("rust", "digits"),
     ("c", "digits-c"),
     ("cpp", "digits-cpp"),
     ("python", "digits-python"),
     ("js", "digits-js"),
+    ("python_nn", "digits-mixed"),
 ];
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The first `n` test images as the predict stage's batch, `input-0: FP32 [n, 64]`.
-fn batch(n: usize) -> Vec<Tensor> {
-    let text = std::fs::read_to_string(root().join("tests/data/digits/test_requests.jsonl")).expect("test requests");
-    let data: Vec<u8> = text
-        .lines()
-        .take(n)
-        .flat_map(|line| {
-            let request: serde_json::Value = serde_json::from_str(line).expect("json line");
-            request["inputs"][0]["data"]
-                .as_array()
-                .expect("data")
-                .iter()
-                .flat_map(|v| (v.as_f64().expect("number") as f32).to_le_bytes())
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    vec![Tensor {
-        name: "input-0".into(),
-        datatype: DataType::Fp32,
-        shape: vec![n as u64, 64],
-        data,
-    }]
-}
-
-/// The predict stage of `examples/models/<model>`, loaded by `runtime`, and how long the
-/// load (the compile, or the cache's deserialisation) took.
-fn load(runtime: &Runtime, model: &str) -> (Arc<StageTemplate>, Duration) {
+/// What the model's stages share: digits-mixed's graph and its `graph` parameter.
+fn shared_and_parameters(model: &str) -> (Arc<ModelShared>, Vec<(String, String)>) {
+    if model != "digits-mixed" {
+        return (Default::default(), Vec::new());
+    }
     let dir = root().join("examples/models").join(model);
-    let tag = StageTag {
-        model: model.into(),
-        version: "1".into(),
-        stage: "predict",
-        shared: Default::default(),
+    let limits = GraphLimits {
+        memory_bytes: 256 << 20,
+        max_nodes: 10_000,
+        value_bytes: 64 << 20,
     };
-    let limits = SandboxLimits {
-        memory_bytes: 64 << 20,
-        table_elements: 10_000,
-        max_handles: 128,
-        call_timeout: Duration::from_secs(10),
-        init_timeout: Duration::from_secs(10),
-        compile_timeout: Duration::from_secs(600),
-    };
-    let started = Instant::now();
-    let template = StageTemplate::load(
-        runtime,
-        StageKind::Predict,
-        &dir.join("predict.wasm"),
-        &dir,
-        tag,
-        limits,
-        &[],
+    let graphs = ModelGraphs::load(&dir, &[("digits".into(), dir.join("digits.onnx"))], limits).expect("digits.onnx");
+    (
+        Arc::new(ModelShared::with_graphs(graphs)),
+        vec![("graph".into(), "digits".into())],
     )
-    .unwrap_or_else(|e| panic!("{model}/predict.wasm (run ./scripts/build-plugins.sh): {e}"));
-    (template, started.elapsed())
+}
+
+/// The predict stage of `examples/models/<model>`, loaded by `runtime` with what the
+/// JavaScript plugin needs under steady load (see its model.toml), and the load's time.
+fn load(runtime: &Runtime, model: &str) -> (Arc<StageTemplate>, Duration) {
+    let (shared, parameters) = shared_and_parameters(model);
+    common::load_predict(runtime, model, 128, shared, &parameters)
 }
 
 /// This process's resident memory, in bytes.
@@ -136,7 +104,8 @@ fn languages(c: &mut Criterion) {
         });
         let mut instance = template.instantiate().expect("instance");
         for n in [1usize, 32] {
-            let input = batch(n);
+            let bytes: Vec<u8> = images(n).iter().flat_map(|v| v.to_le_bytes()).collect();
+            let input = digits_batch(n, &bytes);
             group.bench_function(BenchmarkId::new(format!("predict_{n}"), language), |b| {
                 b.iter(|| {
                     let prediction = instance

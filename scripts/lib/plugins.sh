@@ -1,10 +1,11 @@
-# Shared by scripts/build-python-plugins.sh and scripts/build-js-plugins.sh (sourced, not
-# run): the target folder, the installed tools, and a build that is skipped when nothing it
-# reads has changed — componentize-py and componentize-js take 5-15 s per component, and
-# the test command builds every plugin on every run.
+# Shared by the scripts that build and test plugins in C, C++, Python and JavaScript
+# (sourced, not run): the target folder, the tools scripts/toolchains.sh installed there,
+# and a build that is skipped when nothing it reads has changed — componentize-py and
+# componentize-js take 5-15 s per component, and the test command builds every plugin on
+# every run.
 #
-# The caller sets `script` (its name, for messages) and `root` (the repository), and cds
-# to the root first.
+# The caller sets `script` (its name, for messages), cds to the repository's root first,
+# and sets `work` (its folder in the target folder) before using `up_to_date`.
 
 fail() {
     printf '%s: %s\n' "$script" "$*" >&2
@@ -15,8 +16,6 @@ target_dir="$(cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
 [[ -n "$target_dir" ]] || fail "no target_directory in cargo metadata"
 tools="${TENSORPLUG_TOOLCHAINS:-$target_dir/toolchains}"
-work="$target_dir/script-plugins"
-mkdir -p "$work/stamps"
 
 # The tool `name` installed by scripts/toolchains.sh, or a loud failure naming the fix.
 installed_tool() {
@@ -35,6 +34,7 @@ inputs_key() {
 up_to_date() {
     local artifact="$1" stamp
     shift
+    mkdir -p "$work/stamps"
     stamp="$work/stamps/$(echo "$artifact" | tr '/' '_').inputs"
     [[ -f "$artifact" && -f "$stamp" && "$(cat "$stamp")" == "$(inputs_key "$@")" ]]
 }
