@@ -12,7 +12,8 @@
 #   4. the conformance test's Python virtualenv (scripts/python-env.sh: tritonclient and
 #      kserve from PyPI, cached in the target folder);
 #   5. every test of the root workspace: the host's unit and end-to-end tests (which serve
-#      the plugins over loopback), the guest SDK's and the digits model's unit tests.
+#      the plugins over loopback), the guest SDK's and the digits model's unit tests;
+#   6. the container image, built and run with podman (scripts/test-image.sh).
 # Everything runs --locked, in one target folder (CARGO_TARGET_DIR if set). Extra
 # arguments go to the final `cargo test` (e.g. `-- --nocapture`).
 set -euo pipefail
@@ -52,4 +53,7 @@ step "python virtualenv for the conformance test (tritonclient, kserve)"
 
 step "tests"
 cargo test --workspace --locked "$@"
+
+step "container image (buildah FROM scratch, run with podman: read-only, oracle, SIGTERM)"
+./scripts/test-image.sh
 step "all passed"

@@ -31,6 +31,9 @@ WIT_BINDGEN_VERSION="0.63.0"
 # componentize-py embeds CPython 3.14; componentize-js embeds SpiderMonkey (StarlingMonkey).
 COMPONENTIZE_PY_VERSION="0.25.1"
 COMPONENTIZE_JS_VERSION="0.23.0"
+PODMAN_DEB_VERSION="4.3.1+ds1-8+deb12u1+b3"
+BUILDAH_DEB_VERSION="1.28.2+ds1-3+deb12u1+b3"
+RUNC_DEB_VERSION="1.1.5+ds1-1+deb12u1"
 
 fail() {
     printf 'toolchains: %s\n' "$*" >&2
@@ -70,10 +73,14 @@ need_js() {
     scripted+=(js)
 }
 
+need_image() {
+    debs+=("podman=$PODMAN_DEB_VERSION" "buildah=$BUILDAH_DEB_VERSION" "runc=$RUNC_DEB_VERSION")
+}
+
 languages=("$@")
-[[ ${#languages[@]} -gt 0 ]] || languages=(c cpp python js)
+[[ ${#languages[@]} -gt 0 ]] || languages=(c cpp python js image)
 for language in "${languages[@]}"; do
-    declare -F "need_$language" >/dev/null || fail "unknown language '$language' (known: c cpp python js)"
+    declare -F "need_$language" >/dev/null || fail "unknown language '$language' (known: c cpp python js image)"
     "need_$language"
 done
 
@@ -183,6 +190,9 @@ for pinned in "${debs[@]}"; do
     libclang-rt-19-dev-wasm32)
         [[ -f /usr/lib/llvm-19/lib/clang/19/lib/wasi/libclang_rt.builtins-wasm32.a ]] ||
             fail "the wasm32 compiler runtime is missing" ;;
+    podman) check podman ;;
+    buildah) check buildah ;;
+    runc) check runc ;;
     libc++-19-dev-wasm32)
         check clang++-19
         [[ -f /usr/lib/wasm32-wasi/libc++.a ]] || fail "the wasm32 libc++ is missing" ;;

@@ -41,7 +41,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Check(config) => {
             tensorplug::app::telemetry::init("error", Default::default());
-            let runtime = tensorplug::runtime::Runtime::new(config.cache.resolved_dir().as_deref())?;
+            let runtime = tensorplug::runtime::Runtime::new(config.cache.usable_dir().as_deref())?;
             let verdicts = tensorplug::app::check::check_repository(&config.repository, &runtime).await?;
             let mut broken = 0;
             for verdict in &verdicts {

@@ -185,11 +185,7 @@ impl InferConfig {
             },
             None => crate::batch::Target::InProcess {
                 repository: self.repository.clone().unwrap_or_else(|| PathBuf::from("models")),
-                // wasmtime's cache wants an absolute path.
-                cache_dir: self
-                    .cache
-                    .resolved_dir()
-                    .map(|dir| std::path::absolute(&dir).unwrap_or(dir)),
+                cache_dir: self.cache.usable_dir(),
             },
         };
         crate::batch::Options {
@@ -249,7 +245,33 @@ pub struct CacheArgs {
 }
 
 impl CacheArgs {
-    /// The cache folder to use, if any.
+    /// The cache folder to use, if one is configured and can be written: it is created if
+    /// missing and a file is written and removed in it. When it cannot be (a read-only
+    /// root filesystem without a cache volume), the compile cache is off, with one
+    /// warning: every load then compiles afresh, which is slower but serves the same.
+    pub fn usable_dir(&self) -> Option<PathBuf> {
+        let dir = self.resolved_dir()?;
+        // wasmtime's cache wants an absolute path.
+        let dir = std::path::absolute(&dir).unwrap_or(dir);
+        let probe = dir.join(format!(".tensorplug-write-probe-{}", std::process::id()));
+        let written = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&probe, b""))
+            .and_then(|()| std::fs::remove_file(&probe));
+        match written {
+            Ok(()) => Some(dir),
+            Err(error) => {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    %error,
+                    "the compile cache is off: its folder cannot be written (mount a volume there, \
+                     or set --cache-dir / TENSORPLUG_CACHE_DIR); every load compiles afresh"
+                );
+                None
+            }
+        }
+    }
+
+    /// The cache folder configured, if any (whether or not it can be written).
     pub fn resolved_dir(&self) -> Option<PathBuf> {
         if self.no_cache {
             return None;
@@ -506,6 +528,34 @@ mod tests {
             Command::Serve(config) => Ok(config.grpc_port),
             _ => unreachable!("parsed `serve`"),
         }
+    }
+
+    #[test]
+    fn a_cache_folder_that_cannot_be_written_turns_the_cache_off() {
+        let parent = tempfile::tempdir().unwrap();
+        let writable = CacheArgs {
+            cache_dir: Some(parent.path().join("made/on/demand")),
+            no_cache: false,
+        };
+        assert_eq!(writable.usable_dir(), Some(parent.path().join("made/on/demand")));
+        assert!(parent.path().join("made/on/demand").is_dir());
+        assert_eq!(
+            std::fs::read_dir(parent.path().join("made/on/demand")).unwrap().count(),
+            0
+        );
+        // Below a file, as on a read-only root: no folder can be made (root included).
+        let file = parent.path().join("a-file");
+        std::fs::write(&file, b"").unwrap();
+        let unwritable = CacheArgs {
+            cache_dir: Some(file.join("cache")),
+            no_cache: false,
+        };
+        assert_eq!(unwritable.usable_dir(), None);
+        let off = CacheArgs {
+            cache_dir: Some(parent.path().to_path_buf()),
+            no_cache: true,
+        };
+        assert_eq!(off.usable_dir(), None);
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub async fn run_with_grpc(
 ) -> anyhow::Result<()> {
     // First, so that model loads get the raised descriptor limit too.
     let limits = ConnectionLimits::establish(config.connections.limits());
-    let cache_dir = config.cache.resolved_dir();
+    let cache_dir = config.cache.usable_dir();
     let runtime = Runtime::new(cache_dir.as_deref()).context("starting the wasm runtime")?;
     let metrics_on = config.metrics == Metrics::On;
     let mut edges = vec![&crate::http::REST_EDGE];

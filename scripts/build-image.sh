@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Builds the container image tensorplug:<version> with buildah, FROM scratch around the
+# binary this checkout builds — the same image as the Containerfile gives where a Rust
+# image can be pulled (see its header for the layout: /usr/local/bin/tensorplug, /models,
+# the /var/cache/tensorplug volume, user 65532, ports 8080 and 8081).
+#
+# Usage: scripts/build-image.sh [--binary PATH] [--tag NAME]
+#   (default) builds the static release binary (glibc with +crt-static, into
+#             <target>/x86_64-unknown-linux-gnu/release/) and the example plugins
+#   --binary  puts PATH in the image instead (e.g. target/debug/tensorplug, as
+#             scripts/test-image.sh does to reuse the test build); a dynamically linked
+#             one gets the libraries it links copied beside it
+#   --tag     the image's name (default tensorplug:<version of host/Cargo.toml>)
+# Prints the image's name and size. Needs root (or sudo-less rootful) buildah and podman:
+# scripts/toolchains.sh image installs Debian's.
+set -euo pipefail
+script=build-image
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+source scripts/lib/plugins.sh
+export CONTAINERS_CONF="$root/scripts/containers.conf"
+
+version="$(sed -n 's/^version = "\(.*\)"$/\1/p' host/Cargo.toml | head -n 1)"
+binary=""
+tag="tensorplug:$version"
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+    --binary) binary="$2"; shift 2 ;;
+    --tag) tag="$2"; shift 2 ;;
+    *) fail "unknown argument '$1' (usage: scripts/build-image.sh [--binary PATH] [--tag NAME])" ;;
+    esac
+done
+command -v buildah >/dev/null 2>&1 && command -v podman >/dev/null 2>&1 ||
+    fail "buildah and podman are missing: install them with ./scripts/toolchains.sh image"
+
+if [[ -z "$binary" ]]; then
+    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked \
+        --target x86_64-unknown-linux-gnu -p tensorplug --bin tensorplug
+    binary="$target_dir/x86_64-unknown-linux-gnu/release/tensorplug"
+    ./scripts/build-plugins.sh --locked >/dev/null
+fi
+[[ -x "$binary" ]] || fail "$binary is not an executable"
+for model in examples/models/*/; do
+    for stage in $(sed -n 's/^\(preprocess\|predict\|postprocess\) *= *"\([^"]*\)".*/\2/p' "$model/model.toml"); do
+        [[ -f "$model/$stage" ]] || fail "$model$stage is missing: build the plugins first (./scripts/build-plugins.sh)"
+    done
+done
+
+# The libraries a dynamically linked binary needs, with the loader (none when static).
+libraries() {
+    ldd "$1" 2>/dev/null | sed -n 's/.*=> \(\/[^ ]*\).*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) (.*/\1/p' | sort -u
+}
+
+empty="$(mktemp -d)"
+container="$(buildah from scratch)"
+cleanup() {
+    buildah rm "$container" >/dev/null 2>&1 || true
+    rm -rf "$empty"
+}
+trap cleanup EXIT
+buildah copy --quiet "$container" "$binary" /usr/local/bin/tensorplug >/dev/null
+for library in $(libraries "$binary"); do
+    buildah copy --quiet "$container" "$(readlink -f "$library")" "$library" >/dev/null
+done
+buildah copy --quiet "$container" examples/models /models >/dev/null
+# The compile cache's mount point, the only folder the server writes.
+buildah copy --quiet --chown 65532:65532 "$container" "$empty" /var/cache/tensorplug >/dev/null
+buildah config \
+    --env TENSORPLUG_CACHE_DIR=/var/cache/tensorplug \
+    --user 65532:65532 \
+    --port 8080 --port 8081 \
+    --volume /var/cache/tensorplug \
+    --stop-signal SIGTERM \
+    --entrypoint '["/usr/local/bin/tensorplug", "serve"]' \
+    --cmd '["/models"]' \
+    --label org.opencontainers.image.title=tensorplug \
+    --label "org.opencontainers.image.version=$version" \
+    "$container"
+buildah commit --quiet --rm "$container" "$tag" >/dev/null
+container=none
+size="$(podman image inspect --format '{{.Size}}' "$tag")"
+awk -v tag="$tag" -v size="$size" 'BEGIN { printf "%s %d bytes (%.1f MiB)\n", tag, size, size / 1048576 }'

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Tests the container image for real with podman (a step of scripts/test.sh): builds it
+# with scripts/build-image.sh around the binary of this checkout's test build
+# (target/debug/tensorplug; the release image differs only in the binary's optimisation
+# and in being static), then, each on loopback ports:
+#   1. with --read-only and a cache volume (seeded with the test build's compile cache,
+#      when there is one: the same wasmtime, so the 13-19 MB Python and JavaScript
+#      components are not compiled twice in one test run): ready, the digits oracle (450
+#      requests) answered right by the Rust, Python, JavaScript and three-language models;
+#      then SIGTERM: the server drains and exits 0 well within the grace;
+#   2. the same volume again: ready from the warm compile cache;
+#   3. with --read-only and no volume at all (--image-volume=ignore), serving the digits
+#      model alone (nothing to compile for long): it still serves, with the one warning
+#      that the compile cache is off.
+# Prints the image's size and each start's time. Needs root podman and buildah
+# (scripts/toolchains.sh image) and python3.
+set -euo pipefail
+script=test-image
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+source scripts/lib/plugins.sh
+export CONTAINERS_CONF="$root/scripts/containers.conf"
+[[ $EUID -eq 0 ]] || fail "the image test runs podman rootful: run it as root"
+
+tag="tensorplug:test-$$"
+volume="tensorplug-test-cache-$$"
+name="tensorplug-test-$$"
+cleanup() {
+    podman rm -f "$name" >/dev/null 2>&1 || true
+    podman volume rm -f "$volume" >/dev/null 2>&1 || true
+    podman rmi -f "$tag" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+cargo build --locked -p tensorplug --bin tensorplug >/dev/null 2>&1 ||
+    fail "cargo build -p tensorplug failed"
+./scripts/build-image.sh --binary "$target_dir/debug/tensorplug" --tag "$tag" | sed 's/^/image: /'
+
+# A free loopback port.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# run NAME-SUFFIX PODMAN-ARGS...: starts the container, waits until it is ready; prints the
+# seconds it took.
+start() {
+    local port="$1"
+    shift
+    podman run -d --name "$name" -p "127.0.0.1:$port:8080" "$@" "$tag" >/dev/null
+    python3 - "$port" <<'EOF' || { podman logs "$name" >&2; fail "the container did not become ready"; }
+import sys, time, urllib.request
+port, started = sys.argv[1], time.time()
+while time.time() - started < 600:
+    try:
+        if urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status == 200:
+            print(f"{time.time() - started:.1f}")
+            sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(0.2)
+sys.exit(1)
+EOF
+}
+
+# Stops the container with SIGTERM and checks it drained and exited 0 within the grace.
+stop() {
+    local started ended code
+    started="$(date +%s.%N)"
+    podman stop -t 30 "$name" >/dev/null
+    ended="$(date +%s.%N)"
+    code="$(podman inspect "$name" --format '{{.State.ExitCode}}')"
+    [[ "$code" == 0 ]] || { podman logs "$name" >&2; fail "SIGTERM: the server exited with $code"; }
+    podman logs "$name" 2>&1 | grep -q "shutting down: finishing in-flight requests" ||
+        fail "SIGTERM: the server did not drain"
+    awk -v a="$started" -v b="$ended" 'BEGIN { printf "%.2f", b - a }'
+    podman rm "$name" >/dev/null
+}
+
+port="$(free_port)"
+podman volume create "$volume" >/dev/null
+if [[ -d "$target_dir/tmp/compile-cache" ]]; then
+    seeded="$(podman volume inspect --format '{{.Mountpoint}}' "$volume")"
+    cp -a "$target_dir/tmp/compile-cache/." "$seeded/"
+    chown -R 65532:65532 "$seeded"
+    cache="seeded with the test build's compile cache"
+else
+    cache="cold compile cache"
+fi
+cold="$(start "$port" --read-only -v "$volume:/var/cache/tensorplug")"
+python3 - "$port" <<'EOF' || fail "the oracle was not answered right"
+import json, sys, urllib.request
+port = sys.argv[1]
+requests = open("tests/data/digits/test_requests.jsonl").read().splitlines()
+oracle = [json.loads(line)["predict"] for line in open("tests/data/digits/test_oracle.jsonl")]
+for model in ["digits", "digits-python", "digits-js", "digits-mixed"]:
+    for line, want in zip(requests, oracle):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/{model}/infer", line.encode(),
+                                         {"content-type": "application/json"})
+        answer = json.load(urllib.request.urlopen(request, timeout=30))
+        label = next(o for o in answer["outputs"] if o["name"] == "label")["data"][0]
+        if label != want:
+            sys.exit(f"{model}: {label} where the oracle says {want}")
+    print(f"oracle: {model} {len(requests)}/{len(requests)}")
+EOF
+drained="$(stop)"
+echo "read-only root, cache volume: ready in ${cold} s (${cache}); SIGTERM: exit 0 after ${drained} s"
+
+warm="$(start "$port" --read-only -v "$volume:/var/cache/tensorplug")"
+drained="$(stop)"
+echo "read-only root, cache volume: ready in ${warm} s (warm compile cache); SIGTERM: exit 0 after ${drained} s"
+
+bare="$(start "$port" --read-only --image-volume=ignore -e TENSORPLUG_MODEL_CONTROL=explicit -e TENSORPLUG_LOAD_MODELS=digits)"
+podman logs "$name" 2>&1 | grep -q "the compile cache is off" ||
+    { podman logs "$name" >&2; fail "no warning that the compile cache is off"; }
+python3 - "$port" <<'EOF' || fail "without a cache volume, digits was not answered"
+import json, sys, urllib.request
+line = open("tests/data/digits/test_requests.jsonl").readline()
+request = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v2/models/digits/infer", line.encode(),
+                                 {"content-type": "application/json"})
+assert json.load(urllib.request.urlopen(request, timeout=30))["outputs"]
+EOF
+warnings="$(podman logs "$name" 2>&1 | grep -c "the compile cache is off")"
+[[ "$warnings" == 1 ]] || fail "$warnings warnings about the compile cache, not one"
+drained="$(stop)"
+echo "read-only root, no volume: ready in ${bare} s (compile cache off, one warning); SIGTERM: exit 0 after ${drained} s"
