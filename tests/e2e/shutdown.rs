@@ -84,3 +84,49 @@ async fn the_drain_ends_within_the_grace_period_even_with_a_request_running_past
     );
     spinning.abort();
 }
+
+/// With `--shutdown-delay-ms`, SIGTERM turns readiness off at once but the server keeps
+/// accepting and answering for the delay (what a balancer that has not yet seen the
+/// readiness change sends still succeeds), then drains and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_delay_serves_new_connections_with_readiness_off() {
+    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 4", "instances = 1"));
+    let mut server = ServerProcess::spawn(repository.path(), &["--shutdown-delay-ms", "1500"]).await;
+    let signalled = std::time::Instant::now();
+    server.terminate();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // A fresh client: a new connection, as a balancer would open.
+    let fresh = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let ready = fresh
+        .get(server.url("/v2/health/ready"))
+        .send()
+        .await
+        .expect("accepted");
+    assert_eq!(ready.status().as_u16(), 503, "readiness is off at once");
+    let answer = fresh
+        .post(server.url(common::FAULTY_INFER))
+        .json(&request("x", "FP32", &[1, 1], json!([3.0])))
+        .send()
+        .await
+        .expect("still accepting during the delay");
+    assert_eq!(answer.status().as_u16(), 200);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(output_f32(&body, "y"), vec![6.0]);
+    assert!(
+        signalled.elapsed() < Duration::from_millis(1500),
+        "the check ran within the delay"
+    );
+
+    let exit = server.wait_exit(Duration::from_secs(30)).await.expect("exited");
+    assert_eq!(exit.code(), Some(0));
+    assert!(
+        signalled.elapsed() >= Duration::from_millis(1500),
+        "it served for the whole delay"
+    );
+    let log = server.log();
+    assert!(
+        log.iter().any(|l| l.contains("serving on while load balancers notice")),
+        "{log:?}"
+    );
+}

@@ -352,6 +352,12 @@ pub struct ServeConfig {
     #[arg(long, env = "TENSORPLUG_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
     pub shutdown_grace_secs: u64,
 
+    /// On SIGINT/SIGTERM, how long to keep accepting connections and requests with
+    /// readiness already off, before the drain: the time a load balancer or a Kubernetes
+    /// Service needs to notice and route elsewhere (counted within the grace; 0: none).
+    #[arg(long, env = "TENSORPLUG_SHUTDOWN_DELAY_MS", default_value_t = 0)]
+    pub shutdown_delay_ms: u64,
+
     /// Log filter (tracing's EnvFilter syntax, e.g. `info,tensorplug=debug`).
     #[arg(long, env = "TENSORPLUG_LOG", default_value = "info")]
     pub log: String,
@@ -410,6 +416,7 @@ impl ServeConfig {
             grpc_max_concurrent_streams: Self::DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
             max_body_bytes: 64 * 1024 * 1024,
             shutdown_grace_secs: 30,
+            shutdown_delay_ms: 0,
             log: "info".into(),
             log_format: LogFormat::Text,
             metrics: Metrics::On,
@@ -428,6 +435,11 @@ impl ServeConfig {
 
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)
+    }
+
+    /// The lame-duck time before the drain, within the grace.
+    pub fn shutdown_delay(&self) -> Duration {
+        Duration::from_millis(self.shutdown_delay_ms).min(self.shutdown_grace())
     }
 }
 
@@ -520,7 +532,7 @@ impl Default for ConnectionArgs {
 mod tests {
     use clap::Parser;
 
-    use super::{Cli, Command, GrpcPort};
+    use super::{CacheArgs, Cli, Command, GrpcPort};
 
     fn grpc_port(args: &[&str]) -> Result<GrpcPort, clap::Error> {
         let cli = Cli::try_parse_from(["tensorplug", "serve", "models"].iter().chain(args))?;

@@ -128,17 +128,28 @@ pub async fn run_with_grpc(
     tracing::info!(%address, repository = %config.repository.display(), "serving the Open Inference Protocol over HTTP");
 
     let grace = config.shutdown_grace();
+    let delay = config.shutdown_delay();
     let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(None::<Instant>);
     let draining = repository.clone();
     let signal = async move {
         shutdown.await;
+        let deadline = Instant::now() + grace;
         // Readiness turns false at once (REST, gRPC, health), while requests drain.
         draining.begin_drain();
+        if !delay.is_zero() {
+            // Still accepting: a balancer that has not yet seen readiness turn false
+            // keeps sending here, and those requests are served, not refused.
+            tracing::info!(
+                delay_ms = delay.as_millis() as u64,
+                "shutting down: readiness is off; serving on while load balancers notice"
+            );
+            tokio::time::sleep(delay).await;
+        }
         tracing::info!(
             grace_secs = grace.as_secs(),
             "shutting down: finishing in-flight requests"
         );
-        let _ = stopping_tx.send(Some(Instant::now() + grace));
+        let _ = stopping_tx.send(Some(deadline));
     };
     // gRPC beside REST, stopped by the same signal (it stops taking calls and finishes
     // those in flight), and waited for under the same deadline, before the drain.
