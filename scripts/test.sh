@@ -50,6 +50,9 @@ step "python virtualenv for the conformance test (tritonclient, kserve)"
 # cores; the conformance test calls the same (then instant) script.
 ./scripts/python-env.sh >/dev/null
 
+step "kubernetes and kserve manifests (offline validation)"
+./scripts/validate-manifests.sh
+
 step "tests"
 cargo test --workspace --locked "$@"
 step "all passed"
