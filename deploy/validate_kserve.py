@@ -3,8 +3,10 @@
 The kubernetes-validate schemas do not know KServe's CRDs; the SDK's generated models
 carry the same field names and types as the CRDs' OpenAPI schemas. Each document is
 walked against its model: an unknown field, a wrong type or a missing required field is
-an error (the SDK's own deserializer would drop unknown fields silently). Prints one
-line per resource; exits 1 if any is invalid.
+an error (the SDK's own deserializer would drop unknown fields silently). Required
+fields: the embedded Kubernetes types (containers, probes, ...) check their own when
+built (the kubernetes client's pydantic models); KServe's, which its SDK does not check,
+are listed in REQUIRED. Prints one line per resource; exits 1 if any is invalid.
 
 Usage: python validate_kserve.py FILE.yaml...
 """
@@ -23,6 +25,15 @@ KINDS = {
     ("serving.kserve.io/v1beta1", "InferenceService"): "V1beta1InferenceService",
 }
 KSERVE = version("kserve")
+# Fields KServe's Go types require (`+required`, or a json tag without omitempty) that the
+# SDK's models do not check themselves.
+REQUIRED = {
+    "V1beta1InferenceServiceSpec": ["predictor"],
+    "V1beta1ModelSpec": ["modelFormat"],
+    "V1beta1ModelFormat": ["name"],
+    "V1alpha1ServingRuntimeSpec": ["containers"],
+    "V1alpha1SupportedModelFormat": ["name"],
+}
 PRIMITIVES = {
     "str": str,
     "int": int,
@@ -67,6 +78,9 @@ def walk(value, type_name, where, errors):
             errors.append(f"{where}: a {type_name} mapping expected")
             return
         fields = {json: attr for attr, json in cls.attribute_map.items()}
+        for key in REQUIRED.get(type_name, []):
+            if key not in value:
+                errors.append(f"{where}.{key}: required")
         for key, item in value.items():
             if key not in fields:
                 errors.append(f"{where}.{key}: no such field in {type_name}")
