@@ -161,6 +161,26 @@ async fn kubernetes_probes_ports_and_scrape_annotations_reach_the_servers_routes
     let container = &pod["spec"]["containers"][0];
     let args = ServeArgs::of(container);
 
+    // The Service, the disruption budget and the autoscaler all reach these pods.
+    let labels = pod["metadata"]["labels"].as_object().expect("the pod's labels");
+    let selects_the_pods = |selector: &Value| {
+        let selector = selector.as_object().expect("a selector");
+        !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+    };
+    assert!(selects_the_pods(&service["spec"]["selector"]), "the Service's selector");
+    let budget = manifest("kubernetes/pdb.yaml");
+    assert!(
+        selects_the_pods(&budget["spec"]["selector"]["matchLabels"]),
+        "the PDB's selector"
+    );
+    let autoscaler = manifest("kubernetes/hpa.yaml");
+    let scaled = &autoscaler["spec"]["scaleTargetRef"];
+    assert_eq!(
+        (&scaled["kind"], &scaled["name"]),
+        (&deployment["kind"], &deployment["metadata"]["name"])
+    );
+    assert!(number(&autoscaler["spec"]["minReplicas"]) <= number(&deployment["spec"]["replicas"]));
+
     // The repository argument is the read-only models volume, the cache a volume of its
     // own (the root filesystem is read-only).
     let mounts = container["volumeMounts"].as_array().expect("volumeMounts");
