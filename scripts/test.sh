@@ -51,6 +51,9 @@ step "python virtualenv for the conformance test (tritonclient, kserve)"
 # cores; the conformance test calls the same (then instant) script.
 ./scripts/python-env.sh >/dev/null
 
+step "kubernetes and kserve manifests (offline validation)"
+./scripts/validate-manifests.sh
+
 step "tests"
 cargo test --workspace --locked "$@"
 

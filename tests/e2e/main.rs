@@ -12,6 +12,7 @@ mod compat;
 mod compile;
 mod conformance;
 mod deadlines;
+mod deploy;
 mod digits;
 mod failures;
 mod fairness;
