@@ -13,7 +13,9 @@
 #      kserve from PyPI, cached in the target folder);
 #   5. every test of the root workspace: the host's unit and end-to-end tests (which serve
 #      the plugins over loopback), the guest SDK's and the digits model's unit tests;
-#   6. the container image, built and run with podman (scripts/test-image.sh).
+#   6. the container image, built and run with podman (scripts/test-image.sh), and three
+#      replicas behind HAProxy under load through a rolling update and a SIGKILL
+#      (scripts/test-rolling-update.sh).
 # Everything runs --locked, in one target folder (CARGO_TARGET_DIR if set). Extra
 # arguments go to the final `cargo test` (e.g. `-- --nocapture`).
 set -euo pipefail
@@ -59,4 +61,7 @@ cargo test --workspace --locked "$@"
 
 step "container image (buildah FROM scratch, run with podman: read-only, oracle, SIGTERM)"
 ./scripts/test-image.sh
+
+step "rolling update and a killed replica behind HAProxy, under load"
+./scripts/test-rolling-update.sh
 step "all passed"

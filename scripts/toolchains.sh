@@ -34,6 +34,7 @@ COMPONENTIZE_JS_VERSION="0.23.0"
 PODMAN_DEB_VERSION="4.3.1+ds1-8+deb12u1+b3"
 BUILDAH_DEB_VERSION="1.28.2+ds1-3+deb12u1+b3"
 RUNC_DEB_VERSION="1.1.5+ds1-1+deb12u1"
+HAPROXY_DEB_VERSION="2.6.12-1+deb12u3"
 
 fail() {
     printf 'toolchains: %s\n' "$*" >&2
@@ -76,11 +77,14 @@ need_js() {
 need_image() {
     debs+=("podman=$PODMAN_DEB_VERSION" "buildah=$BUILDAH_DEB_VERSION" "runc=$RUNC_DEB_VERSION")
 }
+need_balancer() {
+    debs+=("haproxy=$HAPROXY_DEB_VERSION")
+}
 
 languages=("$@")
-[[ ${#languages[@]} -gt 0 ]] || languages=(c cpp python js image)
+[[ ${#languages[@]} -gt 0 ]] || languages=(c cpp python js image balancer)
 for language in "${languages[@]}"; do
-    declare -F "need_$language" >/dev/null || fail "unknown language '$language' (known: c cpp python js image)"
+    declare -F "need_$language" >/dev/null || fail "unknown language '$language' (known: c cpp python js image balancer)"
     "need_$language"
 done
 
@@ -193,6 +197,7 @@ for pinned in "${debs[@]}"; do
     podman) check podman ;;
     buildah) check buildah ;;
     runc) check runc ;;
+    haproxy) check haproxy ;;
     libc++-19-dev-wasm32)
         check clang++-19
         [[ -f /usr/lib/wasm32-wasi/libc++.a ]] || fail "the wasm32 libc++ is missing" ;;
