@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Rolling updates behind a real load balancer, tested for real (a step of scripts/test.sh):
-# three replicas of `tensorplug serve` (processes, on loopback) behind HAProxy, which
+# three replicas of `tensorplug serve` — containers of the image (scripts/build-image.sh
+# around the test build's binary, run with podman on the host's loopback), or processes
+# with REPLICAS=processes or where podman cannot run — behind HAProxy, which
 # checks `/v2/health/ready` every 200 ms — what a Kubernetes Service does with readiness
 # probes — under closed-loop load from tools/loadgen (16 clients, keep-alive).
 #
@@ -26,6 +28,13 @@ cargo build --locked -p tensorplug --bin tensorplug -p tensorplug-loadgen >/dev/
     fail "cargo build of tensorplug and tensorplug-loadgen failed"
 server="$target_dir/debug/tensorplug"
 delay_ms="${SHUTDOWN_DELAY_MS:-1000}"
+replicas="${REPLICAS:-containers}"
+if [[ "$replicas" == containers ]] && { [[ $EUID -ne 0 ]] || ! command -v podman >/dev/null 2>&1; }; then
+    echo "$script: podman cannot run here (it needs root): replicas are processes" >&2
+    replicas=processes
+fi
+export CONTAINERS_CONF="$root/scripts/containers.conf"
+image="tensorplug:rolling-$$"
 loadgen="$target_dir/debug/tensorplug-loadgen"
 [[ -f examples/models/digits/predict.wasm ]] || fail "build the plugins first (./scripts/build-plugins.sh)"
 
@@ -34,6 +43,10 @@ declare -a pids=()
 haproxy_pid=""
 cleanup() {
     for pid in "${pids[@]}" $haproxy_pid; do kill -KILL "$pid" 2>/dev/null || true; done
+    if [[ "$replicas" == containers ]]; then
+        for i in 0 1 2; do podman rm -f "tensorplug-rolling-$$-$i" >/dev/null 2>&1 || true; done
+        podman rmi -f "$image" >/dev/null 2>&1 || true
+    fi
     wait 2>/dev/null || true
     rm -rf "$work"
 }
@@ -66,15 +79,50 @@ sys.exit(1)
 EOF
 }
 
-# start INDEX VERSION: replica INDEX serving version VERSION on its port.
+# start INDEX VERSION: replica INDEX serving version VERSION on its port, ready.
 start() {
-    "$server" serve "$work/v$2" --host 127.0.0.1 --http-port "${ports[$1]}" --grpc-port off \
-        --cache-dir "$work/cache" --shutdown-delay-ms "$delay_ms" --shutdown-grace-secs 30 --log warn \
-        >>"$work/replica-$1.log" 2>&1 &
-    pids[$1]=$!
+    local args=(--host 127.0.0.1 --http-port "${ports[$1]}" --grpc-port off
+        --shutdown-delay-ms "$delay_ms" --shutdown-grace-secs 30 --log warn)
+    if [[ "$replicas" == containers ]]; then
+        podman run -d --name "tensorplug-rolling-$$-$1" --network host --read-only \
+            -v "$work/v$2:/models:ro" -v "$work/cache:/var/cache/tensorplug" \
+            "$image" /models "${args[@]}" >/dev/null
+    else
+        "$server" serve "$work/v$2" --cache-dir "$work/cache" "${args[@]}" >>"$work/replica-$1.log" 2>&1 &
+        pids[$1]=$!
+    fi
     wait_ready "${ports[$1]}"
 }
 
+# terminate INDEX: SIGTERM, then the replica must drain and exit 0.
+terminate() {
+    local code
+    if [[ "$replicas" == containers ]]; then
+        podman stop -t 30 "tensorplug-rolling-$$-$1" >/dev/null
+        code="$(podman inspect --format '{{.State.ExitCode}}' "tensorplug-rolling-$$-$1")"
+        [[ "$code" == 0 ]] || fail "replica $1 exited with $code after SIGTERM: $(podman logs "tensorplug-rolling-$$-$1" 2>&1 | tail -n 5)"
+        podman rm "tensorplug-rolling-$$-$1" >/dev/null
+    else
+        kill -TERM "${pids[$1]}"
+        wait "${pids[$1]}" || fail "replica $1 did not exit 0 after SIGTERM: $(tail -n 5 "$work/replica-$1.log")"
+    fi
+}
+
+# kill INDEX: SIGKILL, no drain.
+kill_replica() {
+    if [[ "$replicas" == containers ]]; then
+        podman kill --signal KILL "tensorplug-rolling-$$-$1" >/dev/null
+    else
+        { kill -KILL "${pids[$1]}" && wait "${pids[$1]}"; } 2>/dev/null || true
+    fi
+}
+
+mkdir -p "$work/cache"
+if [[ "$replicas" == containers ]]; then
+    # The container's user writes the compile cache.
+    chown 65532:65532 "$work/cache"
+    ./scripts/build-image.sh --binary "$server" --tag "$image" >/dev/null
+fi
 for i in 0 1 2; do start "$i" 1; done
 
 cat >"$work/haproxy.cfg" <<EOF
@@ -136,8 +184,7 @@ load 25s >"$work/rolling.json" &
 load_pid=$!
 sleep 2
 for i in 0 1 2; do
-    kill -TERM "${pids[$i]}"
-    wait "${pids[$i]}" || fail "replica $i did not exit 0 after SIGTERM: $(tail -n 5 "$work/replica-$i.log")"
+    terminate "$i"
     start "$i" 2
     # Routed again: two health checks passed (rise 2).
     for _ in $(seq 1 100); do [[ "$(server_state "r$i")" == UP ]] && break; sleep 0.05; done
@@ -157,7 +204,7 @@ for _ in range(30):
 print(",".join(sorted(seen)))
 EOF
 )"
-echo "rolling update of 3 replicas under load (shutdown delay $delay_ms ms): $requests requests, $errors failed; versions answering after it: $versions"
+echo "rolling update of 3 replicas ($replicas) under load (shutdown delay $delay_ms ms): $requests requests, $errors failed; versions answering after it: $versions"
 [[ "$errors" == 0 ]] || fail "$errors requests failed during the rolling update: $(field "$work/rolling.json" first_error)"
 [[ "$versions" == 2 ]] || fail "after the rolling update, versions $versions answered (want 2 only)"
 
@@ -166,7 +213,7 @@ load 8s >"$work/killed.json" &
 load_pid=$!
 sleep 3
 killed_at="$(date +%s.%N)"
-{ kill -KILL "${pids[1]}" && wait "${pids[1]}"; } 2>/dev/null || true
+kill_replica 1
 for _ in $(seq 1 200); do [[ "$(server_state r1)" == DOWN ]] && break; sleep 0.01; done
 down_at="$(date +%s.%N)"
 [[ "$(server_state r1)" == DOWN ]] || fail "the balancer did not mark the killed replica down"
@@ -174,5 +221,5 @@ wait "$load_pid" || fail "the load generator failed"
 requests="$(field "$work/killed.json" requests)"
 errors="$(field "$work/killed.json" errors)"
 awk -v a="$killed_at" -v b="$down_at" -v r="$requests" -v e="$errors" 'BEGIN {
-    printf "replica killed (SIGKILL) under load: %d requests, %d failed (in flight on it); marked down after %.0f ms\n", r, e, (b - a) * 1000 }'
+    printf "a replica killed (SIGKILL) under load: %d requests, %d failed (in flight on it); marked down after %.0f ms\n", r, e, (b - a) * 1000 }'
 [[ "$errors" -le 16 ]] || fail "$errors requests failed after a SIGKILL: more than the 16 that can be in flight"
