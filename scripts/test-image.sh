@@ -68,8 +68,10 @@ stop() {
     ended="$(date +%s.%N)"
     code="$(podman inspect "$name" --format '{{.State.ExitCode}}')"
     [[ "$code" == 0 ]] || { podman logs "$name" >&2; fail "SIGTERM: the server exited with $code"; }
-    podman logs "$name" 2>&1 | grep -q "shutting down: finishing in-flight requests" ||
-        fail "SIGTERM: the server did not drain"
+    # Read whole first: `grep -q` stopping early would make pipefail see podman's SIGPIPE.
+    local log
+    log="$(podman logs "$name" 2>&1)"
+    grep -q "shutting down: finishing in-flight requests" <<<"$log" || fail "SIGTERM: the server did not drain"
     awk -v a="$started" -v b="$ended" 'BEGIN { printf "%.2f", b - a }'
     podman rm "$name" >/dev/null
 }
@@ -108,8 +110,8 @@ drained="$(stop)"
 echo "read-only root, cache volume: ready in ${warm} s (warm compile cache); SIGTERM: exit 0 after ${drained} s"
 
 bare="$(start "$port" --read-only --image-volume=ignore -e TENSORPLUG_MODEL_CONTROL=explicit -e TENSORPLUG_LOAD_MODELS=digits)"
-podman logs "$name" 2>&1 | grep -q "the compile cache is off" ||
-    { podman logs "$name" >&2; fail "no warning that the compile cache is off"; }
+log="$(podman logs "$name" 2>&1)"
+grep -q "the compile cache is off" <<<"$log" || { echo "$log" >&2; fail "no warning that the compile cache is off"; }
 python3 - "$port" <<'EOF' || fail "without a cache volume, digits was not answered"
 import json, sys, urllib.request
 line = open("tests/data/digits/test_requests.jsonl").readline()
@@ -117,7 +119,7 @@ request = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v2/models/digi
                                  {"content-type": "application/json"})
 assert json.load(urllib.request.urlopen(request, timeout=30))["outputs"]
 EOF
-warnings="$(podman logs "$name" 2>&1 | grep -c "the compile cache is off")"
+warnings="$(grep -c "the compile cache is off" <<<"$log")"
 [[ "$warnings" == 1 ]] || fail "$warnings warnings about the compile cache, not one"
 drained="$(stop)"
 echo "read-only root, no volume: ready in ${bare} s (compile cache off, one warning); SIGTERM: exit 0 after ${drained} s"

@@ -42,6 +42,8 @@ work="$(mktemp -d)"
 declare -a pids=()
 haproxy_pid=""
 cleanup() {
+    # Quietly: bash reports each job it reaps that a signal ended.
+    exec 2>/dev/null
     for pid in "${pids[@]}" $haproxy_pid; do kill -KILL "$pid" 2>/dev/null || true; done
     if [[ "$replicas" == containers ]]; then
         for i in 0 1 2; do podman rm -f "tensorplug-rolling-$$-$i" >/dev/null 2>&1 || true; done
