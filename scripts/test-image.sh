@@ -37,27 +37,13 @@ cargo build --locked -p tensorplug --bin tensorplug >/dev/null 2>&1 ||
 ./scripts/build-image.sh --binary "$target_dir/debug/tensorplug" --tag "$tag" | sed 's/^/image: /'
 
 # A free loopback port.
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-# run NAME-SUFFIX PODMAN-ARGS...: starts the container, waits until it is ready; prints the
+# start PORT PODMAN-ARGS...: starts the container, waits until it is ready; prints the
 # seconds it took.
 start() {
     local port="$1"
     shift
     podman run -d --name "$name" -p "127.0.0.1:$port:8080" "$@" "$tag" >/dev/null
-    python3 - "$port" <<'EOF' || { podman logs "$name" >&2; fail "the container did not become ready"; }
-import sys, time, urllib.request
-port, started = sys.argv[1], time.time()
-while time.time() - started < 600:
-    try:
-        if urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status == 200:
-            print(f"{time.time() - started:.1f}")
-            sys.exit(0)
-    except Exception:
-        pass
-    time.sleep(0.2)
-sys.exit(1)
-EOF
+    wait_ready "$port" || { podman logs "$name" >&2; fail "the container did not become ready"; }
 }
 
 # Stops the container with SIGTERM and checks it drained and exited 0 within the grace.

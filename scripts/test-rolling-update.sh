@@ -62,24 +62,8 @@ for version in 1 2; do
     sed -i "s/^version = \"1\"/version = \"$version\"/" "$work/v$version/digits/model.toml"
 done
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 ports=("$(free_port)" "$(free_port)" "$(free_port)")
 balancer="$(free_port)"
-
-wait_ready() {
-    python3 - "$1" <<'EOF' || fail "replica on port $1 did not become ready"
-import sys, time, urllib.request
-started = time.time()
-while time.time() - started < 120:
-    try:
-        if urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v2/health/ready", timeout=1).status == 200:
-            sys.exit(0)
-    except Exception:
-        pass
-    time.sleep(0.05)
-sys.exit(1)
-EOF
-}
 
 # start INDEX VERSION: replica INDEX serving version VERSION on its port, ready.
 start() {
@@ -93,7 +77,7 @@ start() {
         "$server" serve "$work/v$2" --cache-dir "$work/cache" "${args[@]}" >>"$work/replica-$1.log" 2>&1 &
         pids[$1]=$!
     fi
-    wait_ready "${ports[$1]}"
+    wait_ready "${ports[$1]}" 120 >/dev/null || fail "replica $1 on port ${ports[$1]} did not become ready"
 }
 
 # terminate INDEX: SIGTERM, then the replica must drain and exit 0.
@@ -156,7 +140,7 @@ backend replicas
 EOF
 haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
 haproxy_pid=$!
-wait_ready "$balancer"
+wait_ready "$balancer" 120 >/dev/null || fail "the balancer did not become ready"
 
 # The state HAProxy holds for replica NAME (UP, DOWN, ...), from its stats socket.
 server_state() {

@@ -1,5 +1,6 @@
-# Shared by the scripts that build and test plugins in C, C++, Python and JavaScript
-# (sourced, not run): the target folder, the tools scripts/toolchains.sh installed there,
+# Shared by the scripts that build and test plugins in C, C++, Python and JavaScript, and
+# the image and rolling-update tests (sourced, not run): the target folder, the tools
+# scripts/toolchains.sh installed there, loopback ports and readiness waits,
 # and a build that is skipped when nothing it reads has changed — componentize-py and
 # componentize-js take 5-15 s per component, and the test command builds every plugin on
 # every run.
@@ -50,4 +51,25 @@ copy() {
     mkdir -p "$(dirname "$dest")"
     cp "$artifact" "$dest"
     printf '%-40s %8d bytes\n' "$dest" "$(wc -c <"$dest")"
+}
+
+# A free TCP port on loopback.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# wait_ready PORT [SECONDS]: waits until `GET /v2/health/ready` on loopback PORT answers
+# 200 (within SECONDS, default 600); prints the seconds it took, or fails with status 1.
+wait_ready() {
+    python3 - "$1" "${2:-600}" <<'EOF'
+import sys, time, urllib.request
+port, within, started = sys.argv[1], float(sys.argv[2]), time.time()
+while time.time() - started < within:
+    try:
+        if urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status == 200:
+            print(f"{time.time() - started:.1f}")
+            sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(0.05)
+sys.exit(1)
+EOF
 }

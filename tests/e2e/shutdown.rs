@@ -130,3 +130,27 @@ async fn a_shutdown_delay_serves_new_connections_with_readiness_off() {
         "{log:?}"
     );
 }
+
+/// A shutdown delay longer than the grace cannot hold the exit past the grace: the delay
+/// counts within it (an operator's mistake, or a hostile setting, costs at most the grace).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_delay_past_the_grace_ends_with_the_grace() {
+    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 4", "instances = 1"));
+    let mut server = ServerProcess::spawn(
+        repository.path(),
+        &["--shutdown-delay-ms", "600000", "--shutdown-grace-secs", "1"],
+    )
+    .await;
+    let signalled = std::time::Instant::now();
+    server.terminate();
+    let exit = server
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("exited within 10 s");
+    assert_eq!(exit.code(), Some(0));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(5),
+        "exited {:?} after SIGTERM, with a grace of 1 s",
+        signalled.elapsed()
+    );
+}

@@ -210,6 +210,26 @@ fn installed_tool(name: &str) -> String {
     }
 }
 
+/// The `stage WORLD SOURCE STAGE` lines a C, C++, Python or JavaScript build.sh runs, one
+/// per built stage, `source` naming each stage's source as its compiler wants it.
+fn stage_lines(stages: &[NewStage], source: impl Fn(NewStage) -> String) -> String {
+    stages
+        .iter()
+        .map(|s| format!("stage {} {} {}", s.world(), source(*s), s.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The `sdk` and `wit` values of a build.sh: the project's, or this repository's
+/// `sdk_folder` and `wit/`.
+fn sdk_and_wit(project: &NewProject, sdk_folder: &str) -> [(&'static str, String); 2] {
+    let repository = repository();
+    [
+        ("sdk", absolute_text(&project.sdk, repository.join(sdk_folder))),
+        ("wit", absolute_text(&project.wit, repository.join("wit"))),
+    ]
+}
+
 /// `path`, or `default`, as an absolute path's text (build scripts run from anywhere).
 fn absolute_text(path: &Option<PathBuf>, default: PathBuf) -> String {
     let path = path.clone().unwrap_or(default);
@@ -285,24 +305,19 @@ fn files(project: &NewProject) -> Vec<File> {
                 ("sdk/c", "c", "clang-19", "-std=c17", "tensorplug.h")
             };
             let wit_bindgen = installed_tool("wit-bindgen");
-            let stage_lines: Vec<String> = stages
-                .iter()
-                .map(|s| format!("stage {} {}.{ext} {}", s.world(), s.as_str(), s.as_str()))
-                .collect();
             for s in &stages {
                 templates.push((format!("{}.{ext}", s.as_str()), c_source(*s, cpp)));
             }
             templates.push(("build.sh".into(), include_str!("../../templates/c/build.sh")));
+            values.extend(sdk_and_wit(project, sdk));
             values.extend([
-                ("sdk", absolute_text(&project.sdk, repository.join(sdk))),
-                ("wit", absolute_text(&project.wit, repository.join("wit"))),
                 ("wit_bindgen", wit_bindgen),
                 ("compiler", compiler.to_owned()),
                 ("std", std.to_owned()),
                 ("header", header.to_owned()),
                 ("bindgen_lang", ext.to_owned()),
                 ("ext", ext.to_owned()),
-                ("stage_lines", stage_lines.join("\n")),
+                ("stage_lines", stage_lines(&stages, |s| format!("{}.{ext}", s.as_str()))),
                 ("cpp_needs", if cpp { ", libc++ for wasm32" } else { "" }.to_owned()),
             ]);
             (if cpp { "C++" } else { "C" }, format!("{}.{ext}", stage.as_str()))
@@ -324,30 +339,24 @@ fn files(project: &NewProject) -> Vec<File> {
                     "componentize-js",
                 )
             };
-            // Python names a module, JavaScript a file.
-            let stage_lines: Vec<String> = stages
-                .iter()
-                .map(|s| {
-                    let source = if python {
-                        s.as_str().to_owned()
-                    } else {
-                        format!("{}.js", s.as_str())
-                    };
-                    format!("stage {} {source} {}", s.world(), s.as_str())
-                })
-                .collect();
             for s in &stages {
                 templates.push((format!("{}.{ext}", s.as_str()), script_source(*s, python)));
             }
             templates.push(("build.sh".into(), build));
+            values.extend(sdk_and_wit(project, sdk));
             values.extend([
-                ("sdk", absolute_text(&project.sdk, repository.join(sdk))),
-                ("wit", absolute_text(&project.wit, repository.join("wit"))),
                 (
                     if python { "componentize_py" } else { "componentize_js" },
                     installed_tool(tool),
                 ),
-                ("stage_lines", stage_lines.join("\n")),
+                // Python names a module, JavaScript a file.
+                (
+                    "stage_lines",
+                    stage_lines(&stages, |s| match python {
+                        true => s.as_str().to_owned(),
+                        false => format!("{}.js", s.as_str()),
+                    }),
+                ),
             ]);
             (
                 if python { "Python" } else { "JavaScript" },
