@@ -24,7 +24,7 @@ cd "$root"
 source scripts/lib/plugins.sh
 command -v haproxy >/dev/null 2>&1 || fail "haproxy is missing: install it with ./scripts/toolchains.sh balancer"
 
-cargo build --locked -p tensorplug --bin tensorplug -p tensorplug-loadgen >/dev/null 2>&1 ||
+cargo build --locked -p tensorplug --bin tensorplug -p tensorplug-loadgen --bin tensorplug-loadgen >/dev/null 2>&1 ||
     fail "cargo build of tensorplug and tensorplug-loadgen failed"
 server="$target_dir/debug/tensorplug"
 delay_ms="${SHUTDOWN_DELAY_MS:-1000}"
