@@ -15,6 +15,9 @@
 #   BENCH_BASELINE     another tensorplug binary (e.g. the previous release) served beside
 #                      this one and loaded in the same rounds: the cost of a change, as the
 #                      ratio of the two means (default: none)
+#   BENCH_OUTPUT       also append every run to this file, one JSON object per line
+#                      (server, protocol, concurrency, round, rps, p50_us, p99_us, errors):
+#                      what scripts/plot-performance.py draws (default: none)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -54,9 +57,9 @@ for port in "${ready_ports[@]}"; do
     done
 done
 
-# One run: prints requests/s, p99 in ms and errors.
+# One run of SERVER: prints requests/s, p50 and p99 in ms and errors.
 run() {
-    local protocol="$1" http="$2" grpc="$3" c="$4" target
+    local server="$1" protocol="$2" http="$3" grpc="$4" c="$5" round="$6" target
     if [[ "$protocol" == rest ]]; then
         target=("http://127.0.0.1:$http/v2/models/digits/infer")
     else
@@ -64,36 +67,47 @@ run() {
     fi
     "$loadgen" "${target[@]}" --concurrency "$c" --duration "${seconds}s" --warmup "$warmup" \
         --threads 1 --body-file "$bodies" --json |
-        python3 -c 'import json, sys; d = json.load(sys.stdin); print(round(d["rps"]), d["p99_us"] / 1000, d["errors"])'
+        python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+if sys.argv[1]:
+    row = {"server": sys.argv[2], "protocol": sys.argv[3], "concurrency": int(sys.argv[4]), "round": int(sys.argv[5])}
+    row.update({k: d[k] for k in ("rps", "p50_us", "p99_us", "errors")})
+    with open(sys.argv[1], "a") as out:
+        out.write(json.dumps(row) + "\n")
+print(round(d["rps"]), d["p50_us"] / 1000, d["p99_us"] / 1000, d["errors"])
+' "${BENCH_OUTPUT:-}" "$server" "$protocol" "$c" "$round"
 }
 
-echo "| round | protocol | concurrency | tensorplug req/s | floor req/s | tensorplug p99 ms | floor p99 ms | errors | baseline req/s | baseline p99 ms |"
-echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| round | protocol | concurrency | tensorplug req/s | floor req/s | tensorplug p50 ms | floor p50 ms | tensorplug p99 ms | floor p99 ms | errors | baseline req/s | baseline p50 ms | baseline p99 ms |"
+echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for round in $(seq "$rounds"); do
     for protocol in $protocols; do
         for c in $concurrencies; do
-            read -r t_rps t_p99 t_err < <(run "$protocol" "${ports[0]}" "${ports[1]}" "$c")
-            read -r f_rps f_p99 f_err < <(run "$protocol" "${ports[2]}" "${ports[3]}" "$c")
-            b_rps=0 b_p99=0 b_err=0
+            read -r t_rps t_p50 t_p99 t_err < <(run tensorplug "$protocol" "${ports[0]}" "${ports[1]}" "$c" "$round")
+            read -r f_rps f_p50 f_p99 f_err < <(run floor "$protocol" "${ports[2]}" "${ports[3]}" "$c" "$round")
+            b_rps=0 b_p50=0 b_p99=0 b_err=0
             if [[ -n "$baseline" ]]; then
-                read -r b_rps b_p99 b_err < <(run "$protocol" "${ports[4]}" "${ports[5]}" "$c")
+                read -r b_rps b_p50 b_p99 b_err < <(run baseline "$protocol" "${ports[4]}" "${ports[5]}" "$c" "$round")
             fi
-            echo "| $round | $protocol | $c | $t_rps | $f_rps | $t_p99 | $f_p99 | $((t_err + f_err + b_err)) | $b_rps | $b_p99 |" | tee -a "$work/rows"
+            echo "| $round | $protocol | $c | $t_rps | $f_rps | $t_p50 | $f_p50 | $t_p99 | $f_p99 | $((t_err + f_err + b_err)) | $b_rps | $b_p50 | $b_p99 |" | tee -a "$work/rows"
         done
     done
 done
 echo
 python3 - "$work/rows" <<'PY'
 import collections, sys
-sums = collections.defaultdict(lambda: [0, 0, 0, 0])
+import statistics
+runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     cells = [c.strip() for c in line.strip().strip("|").split("|")]
-    key = (cells[1], cells[2])
-    sums[key][0] += int(cells[3]); sums[key][1] += int(cells[4]); sums[key][2] += 1
-    sums[key][3] += int(cells[8])
-print("| protocol | concurrency | tensorplug mean req/s | floor mean req/s | ratio | baseline mean req/s | tensorplug / baseline |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-for (protocol, c), (t, f, n, b) in sums.items():
+    runs[(cells[1], cells[2])].append([float(c) for c in cells[3:]])
+print("| protocol | concurrency | tensorplug mean req/s | floor mean req/s | ratio | p50 ms (median of runs) tensorplug / floor | p99 ms tensorplug / floor | baseline mean req/s | tensorplug / baseline |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for (protocol, c), rows in runs.items():
+    t, f, b = (statistics.mean(r[i] for r in rows) for i in (0, 1, 8))
+    t50, f50, t99, f99 = (statistics.median(r[i] for r in rows) for i in (2, 3, 4, 5))
     against = f"**{t / b:.3f}**" if b else "-"
-    print(f"| {protocol} | {c} | {t / n:.0f} | {f / n:.0f} | **{t / f:.2f}** | {b / n:.0f} | {against} |")
+    print(f"| {protocol} | {c} | {t:.0f} | {f:.0f} | **{t / f:.2f}** | {t50:.3f} / {f50:.3f} (**{t50 / f50:.2f}**) "
+          f"| {t99:.3f} / {f99:.3f} (**{t99 / f99:.2f}**) | {b:.0f} | {against} |")
 PY

@@ -9,8 +9,16 @@ use tensorplug::app::config::{Cli, Command};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let result = runtime.block_on(run());
+    // The drain has had its grace period: a request still in a plugin call on a runtime
+    // thread (the idle path runs them there) must not hold the exit.
+    runtime.shutdown_background();
+    result
+}
+
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::try_parse().unwrap_or_else(|error| {
         // `infer` exits 2 when lines failed, so its usage errors exit 1 (clap's is 2).
         let infer = std::env::args().nth(1).as_deref() == Some("infer");

@@ -65,3 +65,55 @@ async fn a_neighbour_of_many_looping_items_is_re_run_before_them() {
     looping.await.unwrap();
     server.stop().await;
 }
+
+/// A lone request on an idle model runs on the thread that decoded it (the idle path):
+/// three of them spinning to their call limit at once, on a runtime of two threads, leave
+/// the edge answering at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lone_slow_calls_on_an_idle_model_do_not_stall_the_edge() {
+    let server = TestServer::start_faulty(
+        "max_batch_size = 8\nmax_queue_delay_us = 0",
+        "instances = 3\ntimeout_ms = 1500\nrequest_timeout_ms = 3000",
+    )
+    .await;
+    let spinning: Vec<_> = (0..3).map(|_| server.spawn_faulty(&[-2.0])).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        let (status, _) = server.get("/v2/health/live").await;
+        assert_eq!(status, 200);
+        assert!(
+            started.elapsed() < Duration::from_millis(200),
+            "the edge answered after {:?} while plugins spun",
+            started.elapsed()
+        );
+    }
+    for call in spinning {
+        let (status, took) = call.await.unwrap();
+        assert_eq!(status, 504, "after {took:?}");
+    }
+    server.stop().await;
+}
+
+/// On the idle path a trapped instance is replaced after the answer: the trapping item's
+/// client does not wait for the replacement's `init` (800 ms here); the next request does,
+/// since the model's one instance is being rebuilt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trap_on_an_idle_model_is_answered_before_its_replacement_is_built() {
+    let config = common::faulty_config("max_batch_size = 8", "instances = 1\ntimeout_ms = 1000")
+        + "\n[parameters]\nsleep_init_ms = 800\n";
+    let repository = common::faulty_repository(&config);
+    let server = TestServer::start(repository.path()).await;
+    let (status, took) = server.spawn_faulty(&[-1.0]).await.unwrap();
+    assert_eq!(status, 500);
+    assert!(
+        took < Duration::from_millis(600),
+        "the trap was answered after {took:?}"
+    );
+    let (status, took) = server.spawn_faulty(&[1.0]).await.unwrap();
+    assert_eq!(status, 200, "after {took:?}");
+    let stats = common::stats(&server, "faulty").await;
+    assert_eq!(stats["instance_replacements"], 1, "{stats}");
+    assert_eq!(stats["instances_live"], 1, "{stats}");
+    server.stop().await;
+}

@@ -105,6 +105,26 @@ impl PipelineInstance {
         live(&self.preprocess) && self.predict.is_live() && live(&self.postprocess)
     }
 
+    /// Every stage's slot.
+    fn slots(&mut self) -> impl Iterator<Item = &mut Slot> {
+        self.preprocess
+            .iter_mut()
+            .chain(std::iter::once(&mut self.predict))
+            .chain(self.postprocess.iter_mut())
+    }
+
+    /// Whether a trapped stage instance is replaced at once (the default: the next call
+    /// does not pay for it), or left for the next call or [`Self::repair`] — for a caller
+    /// whose answer must not wait for a replacement's `init`.
+    pub fn replace_at_once(&mut self, at_once: bool) {
+        self.slots().for_each(|slot| slot.replace_at_once(at_once));
+    }
+
+    /// Re-creates every stage instance a trap left out.
+    pub fn repair(&mut self) {
+        self.slots().for_each(Slot::repair);
+    }
+
     /// Runs `items` through every stage; one outcome per item, in order. For callers whose
     /// audience never has fresh work waiting (nothing is handed back; see [`Self::run_from`]).
     pub fn run(&mut self, items: Vec<Item>, audience: &dyn Audience) -> Vec<ItemOutcome> {

@@ -11,6 +11,9 @@ pub(crate) struct Slot {
     template: Arc<StageTemplate>,
     live: Option<StageInstance>,
     traps: u64,
+    /// Whether a trapped instance is replaced at once (the default) or at the next call
+    /// or [`Slot::repair`].
+    replace_at_once: bool,
 }
 
 impl Slot {
@@ -20,7 +23,23 @@ impl Slot {
             live: Some(template.instantiate()?),
             template: template.clone(),
             traps: 0,
+            replace_at_once: true,
         })
+    }
+
+    /// Whether a trapped instance is replaced at once, or left for the next call or
+    /// [`Slot::repair`].
+    pub(crate) fn replace_at_once(&mut self, at_once: bool) {
+        self.replace_at_once = at_once;
+    }
+
+    /// Re-creates the live instance if a trap (or a failed replacement) left none.
+    pub(crate) fn repair(&mut self) {
+        if self.live.is_none() {
+            if let Err(e) = self.instance() {
+                tracing::error!(stage = self.template.kind().name(), "{}", e.message);
+            }
+        }
     }
 
     /// Traps seen so far.
@@ -52,7 +71,7 @@ impl Stage for Slot {
     }
 
     /// Drops a trapped instance and builds its replacement right away, so the next call
-    /// does not pay for it.
+    /// does not pay for it (unless told to leave that for later).
     fn replace(&mut self, trapped: &Trapped) {
         self.traps += 1;
         self.live = None;
@@ -62,8 +81,8 @@ impl Stage for Slot {
             "plugin trapped: {}",
             trapped.message
         );
-        if let Err(e) = self.instance() {
-            tracing::error!(stage = self.template.kind().name(), "{}", e.message);
+        if self.replace_at_once {
+            self.repair();
         }
     }
 }

@@ -8,8 +8,9 @@
 //!   the call's future is raced against a timer and dropped when the timer wins. The
 //!   store is then unusable, and the pipeline replaces the instance as after any trap.
 //!
-//! Plugins never run on the server's async workers: instance threads and the blocking
-//! pool drive calls with `block_on` on a small current-thread runtime kept per thread,
+//! Plugins never run as tasks of the server's runtime: instance threads, the blocking
+//! pool and the idle path (a runtime thread inside `block_in_place`, out of the runtime's
+//! context) drive calls with `block_on` on a small current-thread runtime kept per thread,
 //! never on the server's runtime, so that its shutdown cannot cancel a plugin's I/O
 //! halfway through a call.
 

@@ -18,7 +18,7 @@
 //! goes first, so a few suspects of one request are not stuck behind another's many. A
 //! part whose request's deadline has passed is dropped, never run.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,6 +71,8 @@ pub struct BatcherHandle {
     capacity: usize,
     /// Numbers requests, so that the pipeline can tell one client's items from another's.
     requests: Arc<std::sync::atomic::AtomicU64>,
+    /// Parts handed back by the instances and not yet run again.
+    parts_pending: Arc<AtomicUsize>,
 }
 
 /// Batch-forming settings.
@@ -94,13 +96,15 @@ impl BatcherHandle {
     ) -> (Self, BatcherLink) {
         let (queue, receiver) = mpsc::unbounded_channel();
         let (handed_back, parts) = mpsc::unbounded_channel();
-        let link = BatcherLink { handed_back };
+        let parts_pending = Arc::new(AtomicUsize::new(0));
+        let link = BatcherLink::new(handed_back, parts_pending.clone());
         let queues = Queues {
             fresh: receiver,
             fresh_open: true,
             held: None,
             parts,
             waiting: Vec::new(),
+            parts_pending: parts_pending.clone(),
         };
         tokio::spawn(run_queue(queues, policy, idle, jobs, stats));
         let handle = Self {
@@ -109,6 +113,7 @@ impl BatcherHandle {
             admission: Arc::new(Semaphore::new(policy.max_queue_size)),
             capacity: policy.max_queue_size,
             requests: Arc::default(),
+            parts_pending,
         };
         (handle, link)
     }
@@ -118,6 +123,17 @@ impl BatcherHandle {
         self.capacity.saturating_sub(self.admission.available_permits())
     }
 
+    /// Whether nothing waits here: no fresh item and no part handed back. A request may
+    /// then take a free instance at once rather than queue (`serving::idle`).
+    pub fn is_empty(&self) -> bool {
+        self.queued() == 0 && self.parts_pending.load(Ordering::Acquire) == 0
+    }
+
+    /// A new request's number (what tells one client's items from another's).
+    pub fn next_request(&self) -> u64 {
+        self.requests.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Queues every item of one request, or none of them; the request stops waiting at
     /// `deadline`.
     pub fn submit(
@@ -125,7 +141,7 @@ impl BatcherHandle {
         items: Vec<Item>,
         deadline: Instant,
     ) -> Result<Vec<oneshot::Receiver<ItemOutcome>>, SubmitError> {
-        let request = self.requests.fetch_add(1, Ordering::Relaxed);
+        let request = self.next_request();
         let full = || SubmitError::QueueFull {
             model: self.model.to_string(),
             capacity: self.capacity,
@@ -171,6 +187,8 @@ struct Queues {
     parts: mpsc::UnboundedReceiver<HandedBack>,
     /// Parts handed back, waiting for an instance.
     waiting: Vec<HandedBack>,
+    /// Parts handed back and not yet dispatched (counted by [`BatcherLink::hand_back`]).
+    parts_pending: Arc<AtomicUsize>,
 }
 
 impl Queues {
@@ -198,6 +216,7 @@ impl Queues {
             *shares.entry(request(part)).or_default() += 1;
         }
         let position = (0..self.waiting.len()).min_by_key(|&i| (shares[&request(&self.waiting[i])], i))?;
+        self.parts_pending.fetch_sub(1, Ordering::AcqRel);
         Some(self.waiting.remove(position))
     }
 }
@@ -212,6 +231,34 @@ async fn run_queue(
     // Whether a fresh batch was dispatched while parts waited, since a part last ran.
     let mut passed_over = false;
     loop {
+        // Work first, then an instance: while the model idles, the queue holds no
+        // instance, so a lone request can take one at once (`serving::idle`); while every
+        // instance is busy, items pile up here and the next batch takes them all.
+        if queues.held.is_none() && queues.waiting.is_empty() {
+            if !queues.fresh_open {
+                // No fresh item will come. Once every instance is idle no part can be
+                // handed back any more: then the queue is done, unless some were.
+                let Ok(all) = idle.clone().acquire_many_owned(instances).await else {
+                    return;
+                };
+                drop(all);
+                queues.look();
+                if queues.waiting.is_empty() {
+                    return; // every handle is gone and the queue is drained
+                }
+                continue;
+            }
+            tokio::select! {
+                item = queues.fresh.recv() => match item {
+                    Some(item) => queues.held = Some(item),
+                    None => {
+                        queues.fresh_open = false;
+                        continue;
+                    }
+                },
+                Some(part) = queues.parts.recv() => queues.waiting.push(part),
+            }
+        }
         let Ok(instance) = idle.clone().acquire_owned().await else {
             return;
         };
@@ -225,35 +272,8 @@ async fn run_queue(
             }
             continue;
         }
-        let first = match queues.held.take() {
-            Some(first) => first,
-            None if !queues.fresh_open => {
-                // No fresh item will come. Once every instance is idle no part can be
-                // handed back any more: then the queue is done, unless some were.
-                drop(instance);
-                let Ok(all) = idle.clone().acquire_many_owned(instances).await else {
-                    return;
-                };
-                drop(all);
-                queues.look();
-                if queues.waiting.is_empty() {
-                    return; // every handle is gone and the queue is drained
-                }
-                continue;
-            }
-            None => tokio::select! {
-                item = queues.fresh.recv() => match item {
-                    Some(item) => item,
-                    None => {
-                        queues.fresh_open = false;
-                        continue;
-                    }
-                },
-                Some(part) = queues.parts.recv() => {
-                    queues.waiting.push(part);
-                    continue;
-                }
-            },
+        let Some(first) = queues.held.take() else {
+            continue; // unreachable: there was a held item or a waiting part
         };
         if !queues.waiting.is_empty() {
             passed_over = true;
@@ -561,7 +581,7 @@ mod tests {
         for (marker, request) in [(100, 7), (101, 7), (102, 8)] {
             let (part, reply) = part(marker, request);
             replies.push(reply);
-            assert!(h.link.handed_back.send(part).is_ok());
+            assert!(h.link.hand_back(part).is_ok());
         }
         let _fresh: Vec<_> = [1, 2].map(|m| h.handle.submit(vec![item(m)], far()).unwrap()).into();
         drop(busy);
@@ -582,7 +602,7 @@ mod tests {
         let h = batcher(1, 1, Duration::ZERO, 64);
         let (mut late, reply) = part(9, 1);
         late.items[0].deadline = std::time::Instant::now();
-        assert!(h.link.handed_back.send(late).is_ok());
+        assert!(h.link.hand_back(late).is_ok());
         let _fresh = h.handle.submit(vec![item(1)], far()).unwrap();
         let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a job");
         assert_eq!(markers(&job), vec![1], "fresh items first");

@@ -1,14 +1,17 @@
-//! The instance pool: one thread per pipeline instance, all fed from one job channel.
+//! The instance pool: a model version's idle pipeline instances ([`InstancePool`]), and
+//! one thread per instance, all fed from one job channel, that runs the batcher's jobs.
 //!
-//! Plugins run on these dedicated threads, never on the async runtime: wasmtime's sync
-//! WASI calls block, and a long plugin call must not stall the HTTP edge.
+//! Batches run on these dedicated threads, never on the async runtime's own: wasmtime's
+//! sync WASI calls block, and a long plugin call must not stall the HTTP edge. (The idle
+//! path, `serving::idle`, runs a lone request's job on the thread that decoded it, handed
+//! off the runtime with `block_in_place`, through the same [`run_job`].)
 //!
 //! Parts of a job to re-run after a failed call (see `pipeline::bisect`) go back to the
 //! batcher, which runs them later as jobs of their own, between fresh batches.
 
 use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
@@ -48,7 +51,98 @@ pub struct HandedBack {
 /// What the instance threads share with their model's batcher: where handed-back parts go.
 #[derive(Clone)]
 pub struct BatcherLink {
-    pub handed_back: tokio::sync::mpsc::UnboundedSender<HandedBack>,
+    handed_back: tokio::sync::mpsc::UnboundedSender<HandedBack>,
+    /// Parts sent and not yet dispatched again (the batcher counts them down).
+    pending: Arc<AtomicUsize>,
+}
+
+impl BatcherLink {
+    pub fn new(handed_back: tokio::sync::mpsc::UnboundedSender<HandedBack>, pending: Arc<AtomicUsize>) -> Self {
+        Self { handed_back, pending }
+    }
+
+    /// Hands a part back to the batcher; gives it back if the batcher is gone.
+    pub fn hand_back(&self, part: HandedBack) -> Result<(), HandedBack> {
+        // Counted before it is visible, so that the queue never looks empty while a part
+        // is on its way.
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        self.handed_back.send(part).map_err(|lost| {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            lost.0
+        })
+    }
+}
+
+/// A pipeline instance while it is not running, and whether it is whole (every stage
+/// live: what `instances_live` counts).
+pub struct Pooled {
+    pipeline: PipelineInstance,
+    whole: bool,
+}
+
+impl Pooled {
+    /// Whether a trapped stage instance is replaced at once (see
+    /// [`PipelineInstance::replace_at_once`]).
+    pub fn replace_at_once(&mut self, at_once: bool) {
+        self.pipeline.replace_at_once(at_once);
+    }
+
+    pub fn is_whole(&self) -> bool {
+        self.whole
+    }
+
+    /// Re-creates every stage instance a trap left out, counting it live again.
+    pub fn repair(&mut self, stats: &ModelStats) {
+        self.pipeline.repair();
+        if !self.whole && self.pipeline.is_whole() {
+            self.whole = true;
+            stats.instances_live.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A model version's idle instances. Whoever holds one of the model's idle permits
+/// (`Job::instance`, or the idle path's) may take one instance and puts it back before
+/// letting the permit go, so a holder always finds one.
+pub struct InstancePool {
+    idle: std::sync::Mutex<Vec<Pooled>>,
+    stats: Arc<ModelStats>,
+}
+
+impl InstancePool {
+    pub fn new(instances: Vec<PipelineInstance>, stats: Arc<ModelStats>) -> Self {
+        stats
+            .instances_live
+            .fetch_add(instances.len() as u64, Ordering::Relaxed);
+        let idle = instances
+            .into_iter()
+            .map(|pipeline| Pooled { pipeline, whole: true })
+            .collect();
+        Self {
+            idle: std::sync::Mutex::new(idle),
+            stats,
+        }
+    }
+
+    /// An idle instance (there is one for every idle permit).
+    pub fn take(&self) -> Option<Pooled> {
+        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop()
+    }
+
+    pub fn put(&self, instance: Pooled) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(instance);
+    }
+}
+
+impl Drop for InstancePool {
+    fn drop(&mut self) {
+        let idle = self.idle.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let whole = idle.iter().filter(|instance| instance.whole).count();
+        self.stats.instances_live.fetch_sub(whole as u64, Ordering::Relaxed);
+    }
 }
 
 /// Resolves once every instance thread of a model has exited, and joins them.
@@ -79,22 +173,25 @@ impl Completion {
     }
 }
 
-/// Starts one thread per instance; they exit when the job channel closes and is drained.
+/// Starts `count` threads (one per instance of `pool`); they exit when the job channel
+/// closes and is drained.
 pub fn spawn_workers(
     model: &str,
-    instances: Vec<PipelineInstance>,
+    (pool, count): (Arc<InstancePool>, usize),
     jobs: crossbeam_channel::Receiver<Job>,
     link: BatcherLink,
     stats: Arc<ModelStats>,
 ) -> std::io::Result<Completion> {
     let (done, closed) = tokio::sync::mpsc::channel::<()>(1);
-    let mut threads = Vec::with_capacity(instances.len());
-    for (n, instance) in instances.into_iter().enumerate() {
-        let (jobs, link, stats, done) = (jobs.clone(), link.clone(), stats.clone(), done.clone());
+    let mut threads = Vec::with_capacity(count);
+    for n in 0..count {
+        let (pool, jobs, link, stats, done) = (pool.clone(), jobs.clone(), link.clone(), stats.clone(), done.clone());
         let thread = std::thread::Builder::new()
             .name(format!("{model}#{n}"))
             .spawn(move || {
-                work(instance, jobs, &link, stats);
+                work(&pool, jobs, &link, &stats);
+                // The pool (and with the last thread, the instances) goes before `done`.
+                drop(pool);
                 drop(done);
             })?;
         threads.push(thread);
@@ -105,14 +202,7 @@ pub fn spawn_workers(
     })
 }
 
-fn work(
-    mut pipeline: PipelineInstance,
-    jobs: crossbeam_channel::Receiver<Job>,
-    link: &BatcherLink,
-    stats: Arc<ModelStats>,
-) {
-    stats.instances_live.fetch_add(1, Ordering::Relaxed);
-    let mut whole = true;
+fn work(pool: &InstancePool, jobs: crossbeam_channel::Receiver<Job>, link: &BatcherLink, stats: &ModelStats) {
     while let Ok(Job {
         items,
         start,
@@ -120,117 +210,137 @@ fn work(
         instance,
     }) = jobs.recv()
     {
-        let mut replies = Vec::with_capacity(items.len());
-        let mut clients = Vec::with_capacity(items.len());
-        let items: Vec<Item> = items
-            .into_iter()
-            .map(|job_item| {
-                replies.push(Some(job_item.reply));
-                clients.push((job_item.request, job_item.deadline));
-                job_item.item
-            })
-            .collect();
-        let started = std::time::Instant::now();
-        let traps_before = pipeline.traps();
-        let count = items.len();
-        // The host must survive everything; a panic here is a host bug, but it must cost
-        // only this batch, not the instance thread.
-        let audience = JobAudience {
-            replies: &replies,
-            clients: &clients,
-            dropped: RefCell::new(vec![false; count]),
+        let Some(mut pooled) = pool.take() else {
+            // A job always holds an idle permit, and every permit has its instance.
+            tracing::error!("no idle instance for a job that holds an idle permit");
+            for item in items {
+                let _ = item
+                    .reply
+                    .send(Err(ItemError::trap("internal error: no idle instance")));
+            }
+            continue;
         };
-        let run = match std::panic::catch_unwind(AssertUnwindSafe(|| pipeline.run_from(start, items, &audience))) {
-            Ok(run) => run,
-            Err(panic) => {
-                let message = panic_text(panic.as_ref());
-                tracing::error!("pipeline panicked: {message}");
-                stats.replacements.fetch_add(1, Ordering::Relaxed);
-                match pipeline.fresh() {
-                    Ok(fresh) => pipeline = fresh,
-                    Err(e) => tracing::error!("cannot rebuild the pipeline instance: {e}"),
-                }
-                let error = ItemError::trap(format!("internal error while running the pipeline: {message}"));
-                Run {
-                    outcomes: vec![Some(Err(error)); count],
-                    handed_back: Vec::new(),
-                }
-            }
-        };
-        if rerun {
-            // Its items were counted when their batch ran.
-            stats.record_rerun(started.elapsed(), pipeline.stage_times());
-        } else {
-            stats.record_batch(count, started.elapsed(), pipeline.stage_times());
-        }
-        let dropped = audience.dropped.borrow().iter().filter(|d| **d).count();
-        stats.items_abandoned.fetch_add(dropped as u64, Ordering::Relaxed);
-        // A trapped instance is replaced at once: one replacement per trap.
-        let trapped = pipeline.traps().saturating_sub(traps_before);
-        stats.traps.fetch_add(trapped, Ordering::Relaxed);
-        stats.replacements.fetch_add(trapped, Ordering::Relaxed);
-        if whole != pipeline.is_whole() {
-            whole = pipeline.is_whole();
-            if whole {
-                stats.instances_live.fetch_add(1, Ordering::Relaxed);
-            } else {
-                stats.instances_live.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
-        for resume in run.handed_back {
-            let items = resume
-                .items
-                .into_iter()
-                .filter_map(|(index, item)| {
-                    let reply = replies.get_mut(index)?.take()?;
-                    let (request, deadline) = clients[index];
-                    Some(JobItem {
-                        item,
-                        reply,
-                        request,
-                        deadline,
-                    })
-                })
-                .collect();
-            // Items nobody waits for any more are answered now, not queued for a re-run.
-            let items = keep_wanted(
-                items,
-                &stats,
-                "not re-run: the request's deadline passed or its client left",
-            );
-            if items.is_empty() {
-                continue;
-            }
-            let part = HandedBack {
-                stage: resume.stage,
-                items,
-            };
-            if let Err(lost) = link.handed_back.send(part) {
-                // The batcher is gone (the model is being torn down): answer them now.
-                for item in lost.0.items {
-                    let _ = item.reply.send(Err(ItemError::unavailable(
-                        "the model was unloaded before the item ran",
-                    )));
-                }
-            }
-        }
-        for (reply, outcome) in replies.into_iter().zip(run.outcomes) {
-            let (Some(reply), Some(outcome)) = (reply, outcome) else {
-                continue;
-            };
-            let counter = if outcome.is_ok() {
-                &stats.items_ok
-            } else {
-                &stats.items_failed
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-            // The client may have gone meanwhile; its answer has nowhere to go.
-            let _ = reply.send(outcome);
-        }
+        run_job(&mut pooled, (items, start, rerun), link, stats);
+        pool.put(pooled);
         drop(instance);
     }
-    if whole {
-        stats.instances_live.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Runs one job's items from stage `start` on `pooled`, answers every item, hands parts
+/// to re-run back to the batcher, and counts it all in `stats`. `rerun`: whether the items
+/// were handed back by an earlier job (counted when that one ran).
+pub fn run_job(
+    pooled: &mut Pooled,
+    (items, start, rerun): (Vec<JobItem>, StageKind, bool),
+    link: &BatcherLink,
+    stats: &ModelStats,
+) {
+    let pipeline = &mut pooled.pipeline;
+    let mut replies = Vec::with_capacity(items.len());
+    let mut clients = Vec::with_capacity(items.len());
+    let items: Vec<Item> = items
+        .into_iter()
+        .map(|job_item| {
+            replies.push(Some(job_item.reply));
+            clients.push((job_item.request, job_item.deadline));
+            job_item.item
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let traps_before = pipeline.traps();
+    let count = items.len();
+    // The host must survive everything; a panic here is a host bug, but it must cost
+    // only this batch, not the instance thread.
+    let audience = JobAudience {
+        replies: &replies,
+        clients: &clients,
+        dropped: RefCell::new(vec![false; count]),
+    };
+    let run = match std::panic::catch_unwind(AssertUnwindSafe(|| pipeline.run_from(start, items, &audience))) {
+        Ok(run) => run,
+        Err(panic) => {
+            let message = panic_text(panic.as_ref());
+            tracing::error!("pipeline panicked: {message}");
+            stats.replacements.fetch_add(1, Ordering::Relaxed);
+            match pipeline.fresh() {
+                Ok(fresh) => *pipeline = fresh,
+                Err(e) => tracing::error!("cannot rebuild the pipeline instance: {e}"),
+            }
+            let error = ItemError::trap(format!("internal error while running the pipeline: {message}"));
+            Run {
+                outcomes: vec![Some(Err(error)); count],
+                handed_back: Vec::new(),
+            }
+        }
+    };
+    if rerun {
+        stats.record_rerun(started.elapsed(), pipeline.stage_times());
+    } else {
+        stats.record_batch(count, started.elapsed(), pipeline.stage_times());
+    }
+    let dropped = audience.dropped.borrow().iter().filter(|d| **d).count();
+    stats.items_abandoned.fetch_add(dropped as u64, Ordering::Relaxed);
+    // A trapped instance is replaced at once: one replacement per trap.
+    let trapped = pipeline.traps().saturating_sub(traps_before);
+    stats.traps.fetch_add(trapped, Ordering::Relaxed);
+    stats.replacements.fetch_add(trapped, Ordering::Relaxed);
+    if pooled.whole != pipeline.is_whole() {
+        pooled.whole = pipeline.is_whole();
+        if pooled.whole {
+            stats.instances_live.fetch_add(1, Ordering::Relaxed);
+        } else {
+            stats.instances_live.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    for resume in run.handed_back {
+        let items = resume
+            .items
+            .into_iter()
+            .filter_map(|(index, item)| {
+                let reply = replies.get_mut(index)?.take()?;
+                let (request, deadline) = clients[index];
+                Some(JobItem {
+                    item,
+                    reply,
+                    request,
+                    deadline,
+                })
+            })
+            .collect();
+        // Items nobody waits for any more are answered now, not queued for a re-run.
+        let items = keep_wanted(
+            items,
+            stats,
+            "not re-run: the request's deadline passed or its client left",
+        );
+        if items.is_empty() {
+            continue;
+        }
+        let part = HandedBack {
+            stage: resume.stage,
+            items,
+        };
+        if let Err(lost) = link.hand_back(part) {
+            // The batcher is gone (the model is being torn down): answer them now.
+            for item in lost.items {
+                let _ = item.reply.send(Err(ItemError::unavailable(
+                    "the model was unloaded before the item ran",
+                )));
+            }
+        }
+    }
+    for (reply, outcome) in replies.into_iter().zip(run.outcomes) {
+        let (Some(reply), Some(outcome)) = (reply, outcome) else {
+            continue;
+        };
+        let counter = if outcome.is_ok() {
+            &stats.items_ok
+        } else {
+            &stats.items_failed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        // The client may have gone meanwhile; its answer has nowhere to go.
+        let _ = reply.send(outcome);
     }
 }
 

@@ -5,6 +5,7 @@
 mod batcher;
 mod files_metrics;
 mod histogram;
+mod idle;
 mod instances;
 pub mod items;
 pub mod metrics;

@@ -1,4 +1,5 @@
-//! A model version in service: its configuration, its instance threads and its batcher.
+//! A model version in service: its configuration, its instances (their threads and the
+//! idle path) and its batcher.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +8,8 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::batcher::{BatchPolicy, BatcherHandle, SubmitError};
-use super::instances::{spawn_workers, Completion};
+use super::idle::IdlePath;
+use super::instances::{spawn_workers, Completion, InstancePool};
 use super::stats::{EdgeLabel, ModelStats};
 use crate::model::config::ModelConfig;
 use crate::model::outcome::{ItemError, ItemOutcome};
@@ -31,6 +33,7 @@ pub struct Model {
     /// The metrics and metadata its plugins declared.
     pub shared: Arc<ModelShared>,
     batcher: BatcherHandle,
+    idle: IdlePath,
     completion: Completion,
 }
 
@@ -53,18 +56,32 @@ impl Model {
             max_queue_size: config.batching.max_queue_size,
         };
         let count = instances.len();
-        let idle = (
-            Arc::new(Semaphore::new(count)),
-            u32::try_from(count).unwrap_or(u32::MAX),
-        );
+        let permits = Arc::new(Semaphore::new(count));
+        let idle = (permits.clone(), u32::try_from(count).unwrap_or(u32::MAX));
         let (batcher, link) = BatcherHandle::spawn(config.name.as_str().into(), policy, idle, jobs_tx, stats.clone());
-        let completion =
-            spawn_workers(&config.name, instances, jobs_rx, link, stats.clone()).map_err(StartError::Threads)?;
+        let pool = Arc::new(InstancePool::new(instances, stats.clone()));
+        let completion = spawn_workers(
+            &config.name,
+            (pool.clone(), count),
+            jobs_rx,
+            link.clone(),
+            stats.clone(),
+        )
+        .map_err(StartError::Threads)?;
+        let idle = IdlePath {
+            idle: permits,
+            pool,
+            link,
+            stats: stats.clone(),
+            enabled: policy.max_queue_delay.is_zero(),
+            longest_run: config.limits.stage_timeout * u32::try_from(config.stages.len()).unwrap_or(u32::MAX),
+        };
         Ok(Self {
             config,
             stats,
             shared,
             batcher,
+            idle,
             completion,
         })
     }
@@ -72,7 +89,10 @@ impl Model {
     /// Runs items through the model; each gets its outcome, or a 504 once `timeout` passes.
     pub async fn infer(&self, items: Vec<Item>, timeout: Duration) -> Result<Vec<ItemOutcome>, SubmitError> {
         let deadline = Instant::now() + timeout;
-        let receivers = self.batcher.submit(items, deadline)?;
+        let receivers = match self.idle.try_run(&self.batcher, items, deadline) {
+            Ok(answered) => answered,
+            Err(items) => self.batcher.submit(items, deadline)?,
+        };
         let mut outcomes = Vec::with_capacity(receivers.len());
         for receiver in receivers {
             let outcome = match tokio::time::timeout_at(deadline, receiver).await {
