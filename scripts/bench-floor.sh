@@ -102,12 +102,14 @@ runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     cells = [c.strip() for c in line.strip().strip("|").split("|")]
     runs[(cells[1], cells[2])].append([float(c) for c in cells[3:]])
-print("| protocol | concurrency | tensorplug mean req/s | floor mean req/s | ratio | p50 ms (median of runs) tensorplug / floor | p99 ms tensorplug / floor | baseline mean req/s | tensorplug / baseline |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| protocol | concurrency | tensorplug mean req/s | floor mean req/s | ratio | p50 ms (median of runs) tensorplug / floor | p99 ms tensorplug / floor | baseline mean req/s | tensorplug / baseline | baseline p50 / p99 ms |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for (protocol, c), rows in runs.items():
-    t, f, b = (statistics.mean(r[i] for r in rows) for i in (0, 1, 8))
+    t, f, b = (statistics.mean(r[i] for r in rows) for i in (0, 1, 7))
     t50, f50, t99, f99 = (statistics.median(r[i] for r in rows) for i in (2, 3, 4, 5))
+    b50, b99 = (statistics.median(r[i] for r in rows) for i in (8, 9))
     against = f"**{t / b:.3f}**" if b else "-"
+    baseline = f"{b50:.3f} / {b99:.3f}" if b else "-"
     print(f"| {protocol} | {c} | {t:.0f} | {f:.0f} | **{t / f:.2f}** | {t50:.3f} / {f50:.3f} (**{t50 / f50:.2f}**) "
-          f"| {t99:.3f} / {f99:.3f} (**{t99 / f99:.2f}**) | {b:.0f} | {against} |")
+          f"| {t99:.3f} / {f99:.3f} (**{t99 / f99:.2f}**) | {b:.0f} | {against} | {baseline} |")
 PY
