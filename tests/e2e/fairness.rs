@@ -117,3 +117,30 @@ async fn a_trap_on_an_idle_model_is_answered_before_its_replacement_is_built() {
     assert_eq!(stats["instances_live"], 1, "{stats}");
     server.stop().await;
 }
+
+/// On the idle path a call parked in a host call (a 3 s WASI sleep) has no epoch to stop
+/// it: the server runtime's timer ends it at its deadline, driven by the runtime thread
+/// the path leaves free, which meanwhile serves the edge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_call_parked_in_a_host_call_ends_at_its_deadline() {
+    let server = TestServer::start_faulty("max_batch_size = 8", "instances = 1\ntimeout_ms = 300").await;
+    let sleeper = server.spawn_faulty(&[-9.0]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    let (status, _) = server.get("/v2/health/live").await;
+    assert_eq!(status, 200);
+    assert!(
+        started.elapsed() < Duration::from_millis(150),
+        "{:?}",
+        started.elapsed()
+    );
+    let (status, took) = sleeper.await.unwrap();
+    assert_eq!(status, 504);
+    assert!(
+        took < Duration::from_millis(300 + 400),
+        "the sleeper answered after {took:?}"
+    );
+    let (status, _) = server.spawn_faulty(&[1.0]).await.unwrap();
+    assert_eq!(status, 200);
+    server.stop().await;
+}

@@ -8,11 +8,13 @@
 //!   the call's future is raced against a timer and dropped when the timer wins. The
 //!   store is then unusable, and the pipeline replaces the instance as after any trap.
 //!
-//! Plugins never run as tasks of the server's runtime: instance threads, the blocking
-//! pool and the idle path (a runtime thread inside `block_in_place`, out of the runtime's
-//! context) drive calls with `block_on` on a small current-thread runtime kept per thread,
+//! Plugins never run as tasks of the server's runtime: instance threads and the blocking
+//! pool drive calls with `block_on` on a small current-thread runtime kept per thread,
 //! never on the server's runtime, so that its shutdown cannot cancel a plugin's I/O
-//! halfway through a call.
+//! halfway through a call. The idle path (`serving::idle`) runs a call on a runtime thread
+//! itself, within a task, where no runtime may be started ([`on_this_runtime_thread`]):
+//! there the call is polled on the spot, its thread parked while it waits, and its timer
+//! is the server runtime's (driven by the runtime threads the idle path leaves free).
 
 use std::future::Future;
 use std::time::Instant;
@@ -22,6 +24,8 @@ use std::time::Instant;
 pub struct DeadlinePassed;
 
 thread_local! {
+    /// Whether calls on this thread run inside a task of the server's runtime.
+    static ON_RUNTIME_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// This thread's executor, built on first use.
     static EXECUTOR: Option<tokio::runtime::Runtime> = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -29,9 +33,26 @@ thread_local! {
         .ok();
 }
 
+/// Runs `run`, whose plugin calls happen inside a task of the server's (multi-thread)
+/// runtime, on this thread: they are polled where they are, with the runtime's timer.
+pub fn on_this_runtime_thread<T>(run: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            ON_RUNTIME_THREAD.with(|on| on.set(false));
+        }
+    }
+    ON_RUNTIME_THREAD.with(|on| on.set(true));
+    let _reset = Reset;
+    run()
+}
+
 /// Drives `call` on this thread until it finishes or `until` passes (the instant the
 /// store's `wasi:nn` compute also runs to, see [`super::store::StoreState::arm_deadline`]).
 pub fn within<F: Future>(until: Instant, call: F) -> Result<F::Output, DeadlinePassed> {
+    if ON_RUNTIME_THREAD.with(std::cell::Cell::get) {
+        return within_here(until, call);
+    }
     EXECUTOR.with(|executor| match executor {
         Some(executor) => executor.block_on(async move {
             tokio::time::timeout_at(until.into(), call)
@@ -44,10 +65,26 @@ pub fn within<F: Future>(until: Instant, call: F) -> Result<F::Output, DeadlineP
     })
 }
 
-/// Polls a future to completion on this thread, with no timer (see [`within`]).
-fn block_on_without_timer<F: Future>(future: F) -> F::Output {
+/// [`within`] inside a task of the server's runtime: a call that does not wait (most:
+/// wasm code alone) ends at its first poll, and costs no timer; one that waits (parked
+/// in a host call) is then raced against the runtime's timer, this thread parked.
+fn within_here<F: Future>(until: Instant, call: F) -> Result<F::Output, DeadlinePassed> {
+    use std::task::{Context, Poll};
+    // Outside the task's budget: the runtime's cooperative budget would otherwise make
+    // the timer and the plugin's I/O answer "not yet" forever once spent.
+    let mut call = std::pin::pin!(tokio::task::unconstrained(call));
+    let waker = unpark_waker();
+    if let Poll::Ready(output) = call.as_mut().poll(&mut Context::from_waker(&waker)) {
+        return Ok(output);
+    }
+    block_on_without_timer(tokio::task::unconstrained(tokio::time::timeout_at(until.into(), call)))
+        .map_err(|_| DeadlinePassed)
+}
+
+/// A waker that unparks this thread.
+fn unpark_waker() -> std::task::Waker {
     use std::sync::Arc;
-    use std::task::{Context, Poll, Wake, Waker};
+    use std::task::{Wake, Waker};
 
     struct Unpark(std::thread::Thread);
     impl Wake for Unpark {
@@ -55,7 +92,15 @@ fn block_on_without_timer<F: Future>(future: F) -> F::Output {
             self.0.unpark();
         }
     }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    Waker::from(Arc::new(Unpark(std::thread::current())))
+}
+
+/// Polls a future to completion on this thread, parking it while the future waits (its
+/// timers, if any, are driven elsewhere; see [`within`]).
+fn block_on_without_timer<F: Future>(future: F) -> F::Output {
+    use std::task::{Context, Poll};
+
+    let waker = unpark_waker();
     let mut context = Context::from_waker(&waker);
     let mut future = std::pin::pin!(future);
     loop {

@@ -7,6 +7,7 @@ mod bindings;
 mod compile;
 mod convert;
 mod deadline;
+pub use deadline::on_this_runtime_thread;
 mod engine;
 pub mod nn;
 mod output;

@@ -68,14 +68,15 @@ impl Model {
             stats.clone(),
         )
         .map_err(StartError::Threads)?;
-        let idle = IdlePath {
-            idle: permits,
+        let idle = IdlePath::new(
+            permits,
             pool,
             link,
-            stats: stats.clone(),
-            enabled: policy.max_queue_delay.is_zero(),
-            longest_run: config.limits.stage_timeout * u32::try_from(config.stages.len()).unwrap_or(u32::MAX),
-        };
+            stats.clone(),
+            policy.max_queue_delay.is_zero(),
+            config.limits.stage_timeout * u32::try_from(config.stages.len()).unwrap_or(u32::MAX),
+            count,
+        );
         Ok(Self {
             config,
             stats,
@@ -89,7 +90,8 @@ impl Model {
     /// Runs items through the model; each gets its outcome, or a 504 once `timeout` passes.
     pub async fn infer(&self, items: Vec<Item>, timeout: Duration) -> Result<Vec<ItemOutcome>, SubmitError> {
         let deadline = Instant::now() + timeout;
-        let receivers = match self.idle.try_run(&self.batcher, items, deadline) {
+        let arrival = self.idle.arrive();
+        let receivers = match self.idle.try_run(&arrival, &self.batcher, items, deadline) {
             Ok(answered) => answered,
             Err(items) => self.batcher.submit(items, deadline)?,
         };
