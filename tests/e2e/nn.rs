@@ -27,6 +27,19 @@ async fn digits_onnx_answers_the_450_oracle_requests_one_by_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digits_onnx_answers_batched_requests_like_digits() {
     let server = TestServer::start(&examples()).await;
+    // The graph's host memory in the model's statistics, before any compute: what its
+    // plan holds (the weights, packed for tract's kernels) and the model its concrete
+    // plans are made from, of the order of its file's bytes.
+    let file_bytes = std::fs::metadata(examples().join("digits-onnx/digits.onnx"))
+        .unwrap()
+        .len();
+    let loaded_bytes = common::stats(&server, "digits-onnx").await["graph_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        loaded_bytes > file_bytes / 2 && loaded_bytes < 4 * file_bytes,
+        "{loaded_bytes} vs {file_bytes}"
+    );
     let cases = cases();
     // Every image once, in requests of 32 (one predict call each) and of 7, in both shapes.
     for (size, shape8x8) in [(32, false), (7, true)] {
@@ -62,17 +75,15 @@ async fn digits_onnx_answers_batched_requests_like_digits() {
     let (_, digits_meta) = server.get("/v2/models/digits").await;
     assert_eq!(meta["inputs"], digits_meta["inputs"]);
     assert_eq!(meta["outputs"], digits_meta["outputs"]);
-    // The graph's host memory in the model's statistics: what its plan holds (the
-    // weights, packed for tract's kernels), of the order of its file's bytes.
-    let file_bytes = std::fs::metadata(examples().join("digits-onnx/digits.onnx"))
-        .unwrap()
-        .len();
+    // Then the plans made concrete for the batch sizes used (32, 7, 4, and the last
+    // chunks'), each of the order of the file's bytes too.
     let graph_bytes = common::stats(&server, "digits-onnx").await["graph_bytes"]
         .as_u64()
         .unwrap();
+    let planned = graph_bytes - loaded_bytes;
     assert!(
-        graph_bytes > file_bytes / 2 && graph_bytes < 4 * file_bytes,
-        "{graph_bytes} vs {file_bytes}"
+        planned > file_bytes && planned < 4 * file_bytes * tensorplug::runtime::nn::MAX_CONCRETE_PLANS as u64,
+        "{graph_bytes} after computes, {loaded_bytes} at load, vs {file_bytes}"
     );
     assert_eq!(common::stats(&server, "digits").await["graph_bytes"], 0);
     let metrics = common::metrics::scrape(&server).await;
@@ -137,6 +148,68 @@ async fn digits_cnn_matches_its_oracle_one_by_one_and_batched() {
         assert_eq!(status, 200, "{body}");
         assert_batch_matches(&body, chunk, "cnn batch");
     }
+    server.stop().await;
+}
+
+/// tiny-resnet's graph is initialised, not trained: its oracle is ONNX Runtime's outputs
+/// on 8 fixed images (tests/data/tiny-resnet, written with the graph by
+/// examples/tiny-resnet/make_onnx.py), which tensorplug must reproduce one by one and
+/// batched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiny_resnet_computes_what_onnx_runtime_does_one_by_one_and_batched() {
+    let oracle: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::root().join("tests/data/tiny-resnet/oracle.json")).unwrap(),
+    )
+    .unwrap();
+    let images: Vec<Vec<f32>> = oracle["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|image| {
+            image
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect();
+    let expected = |i: usize| -> (Vec<f32>, i64) {
+        let proba = oracle["probabilities"][i]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        (proba, oracle["label"][i].as_i64().unwrap())
+    };
+    let assert_close = |got: &[f32], want: &[f32], what: &str| {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-4, "{what}: {got:?} vs ONNX Runtime's {want:?}");
+        }
+    };
+    let server = TestServer::start(&examples()).await;
+    let infer = "/v2/models/tiny-resnet/infer";
+    for (i, image) in images.iter().enumerate() {
+        let (status, body) = server
+            .post_json(infer, &request("input-0", "FP32", &[1, 1, 28, 28], json!(image)))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let (proba, label) = expected(i);
+        assert_close(&output_f32(&body, "probabilities"), &proba, &format!("image {i}"));
+        assert_eq!(output(&body, "label")["data"][0].as_i64().unwrap(), label, "image {i}");
+    }
+    let all: Vec<f32> = images.concat();
+    let (status, body) = server
+        .post_json(
+            infer,
+            &request("input-0", "FP32", &[images.len() as u64, 1, 28, 28], json!(all)),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let want: Vec<f32> = (0..images.len()).flat_map(|i| expected(i).0).collect();
+    assert_close(&output_f32(&body, "probabilities"), &want, "the batch of 8");
     server.stop().await;
 }
 

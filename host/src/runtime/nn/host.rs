@@ -7,7 +7,8 @@ use std::sync::Arc;
 use wasmtime::component::Resource;
 use wasmtime::Trap;
 
-use super::tract::{RunError, TractGraph};
+use super::tract::TractGraph;
+use super::RunError;
 use crate::runtime::bindings::nn::errors::ErrorCode;
 use crate::runtime::bindings::nn::graph::{ExecutionTarget, GraphBuilder, GraphEncoding};
 use crate::runtime::bindings::nn::inference::NamedTensor;

@@ -36,6 +36,8 @@
 pub mod budget;
 pub mod counters;
 mod host;
+mod inputs;
+mod plans;
 mod tract;
 
 use std::collections::HashMap;
@@ -44,10 +46,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use self::budget::GraphLimits;
-use self::budget::{Refusal, Refused};
+use self::budget::{GraphMemory, Refusal, Refused};
 pub use self::host::{NnContext, NnError, NnGraph, NnTensor};
-pub use self::tract::{RunError, TractGraph, MAX_DYNAMIC_DIM, MAX_GRAPH_BYTES};
+pub use self::inputs::{NamedTensor, MAX_DYNAMIC_DIM};
+pub use self::plans::{Plans, MAX_CONCRETE_PLANS, MAX_PLANNED_DIM};
+pub use self::tract::{TractGraph, MAX_GRAPH_BYTES};
 pub use super::bindings::nn::tensor::TensorType;
+
+/// Why a compute failed.
+#[derive(Debug)]
+pub enum RunError {
+    /// The inputs do not fit the graph's declared inputs (nothing ran).
+    Invalid(String),
+    /// The graph failed while running.
+    Failed(String),
+    /// The call's deadline passed: the compute stopped between two nodes.
+    Deadline,
+    /// A value would not fit the instance's memory: stopped before computing it.
+    TooLarge(String),
+}
 
 /// Why a model's graph could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +100,7 @@ impl ModelGraphs {
     ) -> Result<Self, GraphError> {
         let until = Instant::now() + timeout;
         let mut loaded = HashMap::with_capacity(graphs.len());
-        let mut left = limits.memory_bytes;
+        let memory = Arc::new(GraphMemory::new(limits.memory_bytes));
         for (name, file) in graphs {
             let error = |refused: Refused| {
                 counters::graph_refused(refused.limit);
@@ -93,8 +110,10 @@ impl ModelGraphs {
                     reason: refused.reason,
                 }
             };
-            let graph = load_one(dir, file, limits, left, (until, timeout)).map_err(error)?;
-            left = left.saturating_sub(graph.bytes());
+            let graph = load_one(dir, file, limits, memory.left(), (until, timeout)).map_err(error)?;
+            // Fits: loaded within what was left.
+            memory.take(graph.bytes());
+            graph.share_memory(memory.clone());
             loaded.insert(name.clone(), Arc::new(graph));
         }
         Ok(Self { graphs: loaded })
@@ -104,7 +123,8 @@ impl ModelGraphs {
         self.graphs.is_empty()
     }
 
-    /// Host memory the graphs hold: their plans' constants.
+    /// Host memory the graphs hold: their plans' constants (concrete plans included, as
+    /// they are made).
     pub fn bytes(&self) -> u64 {
         self.graphs.values().map(|g| g.bytes()).sum()
     }
