@@ -215,7 +215,7 @@ async fn tiny_resnet_computes_what_onnx_runtime_does_one_by_one_and_batched() {
 
 /// A copy of the digits-onnx model folder at `repository/name`, its `model.toml`'s graph
 /// line replaced by `graphs` (e.g. `digits = "nope.onnx"`).
-fn digits_onnx_copy(repository: &Path, name: &str, graphs: &str) -> PathBuf {
+pub(crate) fn digits_onnx_copy(repository: &Path, name: &str, graphs: &str) -> PathBuf {
     let from = examples().join("digits-onnx");
     let dir = repository.join(name);
     std::fs::create_dir_all(&dir).unwrap();
@@ -390,10 +390,25 @@ async fn compute_in_a_loop_past_the_deadline_fails_its_item_only() {
 /// The faulty plugin with `graphs` (name, ONNX bytes) in its folder and `limits` (one
 /// instance).
 fn faulty_with_graphs(limits: &str, parameters: &str, graphs: &[(&str, Vec<u8>)]) -> tempfile::TempDir {
+    faulty_with_graphs_on(None, limits, parameters, graphs)
+}
+
+/// [`faulty_with_graphs`], the graphs run by `backend` (`None`: the plain entry, tract).
+pub(crate) fn faulty_with_graphs_on(
+    backend: Option<&str>,
+    limits: &str,
+    parameters: &str,
+    graphs: &[(&str, Vec<u8>)],
+) -> tempfile::TempDir {
     let mut config = common::faulty_config("max_batch_size = 8", &format!("instances = 1\n{limits}"));
     config.push_str("\n[graphs]\n");
     for (name, _) in graphs {
-        config.push_str(&format!("{name} = \"{name}.onnx\"\n"));
+        match backend {
+            None => config.push_str(&format!("{name} = \"{name}.onnx\"\n")),
+            Some(backend) => config.push_str(&format!(
+                "{name} = {{ file = \"{name}.onnx\", backend = \"{backend}\" }}\n"
+            )),
+        }
     }
     if !parameters.is_empty() {
         config.push_str(&format!("\n[parameters]\n{parameters}\n"));
@@ -407,7 +422,7 @@ fn faulty_with_graphs(limits: &str, parameters: &str, graphs: &[(&str, Vec<u8>)]
 
 /// 200 chained [256, 1024] x [1024, 1024] MatMuls (~10 ms each): legal, and far longer
 /// than 300 ms (~2 s).
-fn heavy() -> Vec<u8> {
+pub(crate) fn heavy() -> Vec<u8> {
     common::onnx::matmul_chain(200, 1024, Some(256))
 }
 

@@ -70,6 +70,10 @@ impl GraphMemory {
             .is_ok()
     }
 
+    pub fn give_back(&self, bytes: u64) {
+        self.left.fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
+    }
+
     /// Runs `build` as the model's only build, with all that is left reserved for it;
     /// it returns what it keeps, and the rest is given back.
     pub fn build<T>(&self, build: impl FnOnce(u64) -> (T, u64)) -> T {

@@ -37,11 +37,18 @@ pub mod budget;
 pub mod counters;
 mod host;
 mod inputs;
+mod onnxruntime;
 mod plans;
 mod tract;
+mod watch;
+
+/// ONNX graphs built in code, for both backends' tests.
+#[cfg(test)]
+#[path = "../../../../tests/common/onnx.rs"]
+mod onnx;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,9 +56,11 @@ pub use self::budget::GraphLimits;
 use self::budget::{GraphMemory, Refusal, Refused};
 pub use self::host::{NnContext, NnError, NnGraph, NnTensor};
 pub use self::inputs::{NamedTensor, MAX_DYNAMIC_DIM};
+pub use self::onnxruntime::{set_library as set_onnxruntime_library, OrtGraph, LIBRARY_ENV as ONNXRUNTIME_LIBRARY_ENV};
 pub use self::plans::{Plans, MAX_CONCRETE_PLANS, MAX_PLANNED_DIM};
 pub use self::tract::{TractGraph, MAX_GRAPH_BYTES};
 pub use super::bindings::nn::tensor::TensorType;
+use crate::model::config::{GraphBackend, GraphSpec};
 
 /// Why a compute failed.
 #[derive(Debug)]
@@ -75,10 +84,63 @@ pub struct GraphError {
     pub reason: String,
 }
 
+/// One graph, run by the backend its `[graphs]` entry names.
+#[derive(Debug)]
+pub enum Graph {
+    Tract(TractGraph),
+    OnnxRuntime(OrtGraph),
+}
+
+impl Graph {
+    fn load(dir: &Path, spec: &GraphSpec, limits: &GraphLimits, budget: u64) -> Result<Self, Refused> {
+        match spec.backend {
+            GraphBackend::Tract => TractGraph::load(dir, &spec.file, limits, budget).map(Graph::Tract),
+            GraphBackend::OnnxRuntime => OrtGraph::load(dir, &spec.file, limits, budget).map(Graph::OnnxRuntime),
+        }
+    }
+
+    /// Host memory the graph holds.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Graph::Tract(graph) => graph.bytes(),
+            Graph::OnnxRuntime(graph) => graph.bytes(),
+        }
+    }
+
+    fn share_memory(&self, memory: Arc<GraphMemory>) {
+        match self {
+            Graph::Tract(graph) => graph.share_memory(memory),
+            Graph::OnnxRuntime(graph) => graph.share_memory(memory),
+        }
+    }
+
+    /// The graph's inputs as `name: TYPE [dims]` (`N` for a symbolic dimension).
+    pub fn describe_inputs(&self) -> String {
+        match self {
+            Graph::Tract(graph) => graph.describe_inputs(),
+            Graph::OnnxRuntime(graph) => graph.describe_inputs(),
+        }
+    }
+
+    /// Runs the graph on `inputs`, checked against its declared inputs first; the
+    /// compute stops at `deadline`, and before a value larger than `value_bytes`.
+    pub fn run(
+        &self,
+        inputs: Vec<NamedTensor>,
+        deadline: Instant,
+        value_bytes: u64,
+    ) -> Result<Vec<NamedTensor>, RunError> {
+        match self {
+            Graph::Tract(graph) => graph.run(inputs, deadline, value_bytes),
+            Graph::OnnxRuntime(graph) => graph.run(inputs, deadline, value_bytes),
+        }
+    }
+}
+
 /// The graphs of one model version, parsed and runnable, by name.
 #[derive(Debug, Default)]
 pub struct ModelGraphs {
-    graphs: HashMap<String, Arc<TractGraph>>,
+    graphs: HashMap<String, Arc<Graph>>,
 }
 
 /// Longest the loads of one model's graphs may take together (a 10,000-node graph
@@ -88,33 +150,33 @@ pub const GRAPH_LOAD_TIMEOUT: Duration = Duration::from_secs(30);
 impl ModelGraphs {
     /// Loads every `(name, file)` inside `dir` within `limits` (see the module's
     /// documentation).
-    pub fn load(dir: &std::path::Path, graphs: &[(String, PathBuf)], limits: GraphLimits) -> Result<Self, GraphError> {
+    pub fn load(dir: &Path, graphs: &[GraphSpec], limits: GraphLimits) -> Result<Self, GraphError> {
         Self::load_within(dir, graphs, limits, GRAPH_LOAD_TIMEOUT)
     }
 
     fn load_within(
-        dir: &std::path::Path,
-        graphs: &[(String, PathBuf)],
+        dir: &Path,
+        graphs: &[GraphSpec],
         limits: GraphLimits,
         timeout: Duration,
     ) -> Result<Self, GraphError> {
         let until = Instant::now() + timeout;
         let mut loaded = HashMap::with_capacity(graphs.len());
         let memory = Arc::new(GraphMemory::new(limits.memory_bytes));
-        for (name, file) in graphs {
+        for spec in graphs {
             let error = |refused: Refused| {
                 counters::graph_refused(refused.limit);
                 GraphError {
-                    name: name.clone(),
-                    file: file.clone(),
+                    name: spec.name.clone(),
+                    file: spec.file.clone(),
                     reason: refused.reason,
                 }
             };
-            let graph = load_one(dir, file, limits, memory.left(), (until, timeout)).map_err(error)?;
+            let graph = load_one(dir, spec, limits, memory.left(), (until, timeout)).map_err(error)?;
             // Fits: loaded within what was left.
             memory.take(graph.bytes());
             graph.share_memory(memory.clone());
-            loaded.insert(name.clone(), Arc::new(graph));
+            loaded.insert(spec.name.clone(), Arc::new(graph));
         }
         Ok(Self { graphs: loaded })
     }
@@ -136,7 +198,7 @@ impl ModelGraphs {
         names
     }
 
-    pub fn get(&self, name: &str) -> Option<&Arc<TractGraph>> {
+    pub fn get(&self, name: &str) -> Option<&Arc<Graph>> {
         self.graphs.get(name)
     }
 }
@@ -144,18 +206,18 @@ impl ModelGraphs {
 /// Loads one graph on its own thread, waiting for it until `until` (`timeout` after the
 /// model's first graph started).
 fn load_one(
-    dir: &std::path::Path,
-    file: &std::path::Path,
+    dir: &Path,
+    spec: &GraphSpec,
     limits: GraphLimits,
     budget: u64,
     (until, timeout): (Instant, Duration),
-) -> Result<TractGraph, Refused> {
-    let (dir, file) = (dir.to_path_buf(), file.to_path_buf());
+) -> Result<Graph, Refused> {
+    let (dir, spec) = (dir.to_path_buf(), spec.clone());
     let (done, loaded) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("tensorplug-graph".into())
         .spawn(move || {
-            let _ = done.send(TractGraph::load(&dir, &file, &limits, budget));
+            let _ = done.send(Graph::load(&dir, &spec, &limits, budget));
         })
         .map_err(|e| Refused {
             limit: Refusal::Invalid,

@@ -52,47 +52,23 @@ impl TractGraph {
         let bytes = crate::model::files::read_regular(&resolved, MAX_GRAPH_BYTES, "the graph size cap of 256 MiB")
             .map_err(|e| failed(e.to_string()))?;
         // tract's parser and optimiser on a hostile file: an error, whatever happens.
-        let planned = std::panic::catch_unwind(|| Self::plan(bytes, limits, budget));
+        let planned = std::panic::catch_unwind(move || Self::plan(bytes, limits, budget));
         clear_upper_vector_state();
         planned.map_err(|_| failed("not a valid ONNX graph (the parser panicked)".to_string()))?
     }
 
     fn plan(bytes: Vec<u8>, limits: &GraphLimits, budget: u64) -> Result<Self, Refused> {
+        let Analysed {
+            decluttered,
+            inputs,
+            outputs,
+            symbolic,
+        } = analyse(&bytes, limits, budget)?;
+        drop(bytes);
         let failed = |reason: String| Refused {
             limit: Refusal::Invalid,
             reason,
         };
-        let onnx = tract_onnx::onnx();
-        let proto = onnx
-            .proto_model_for_read(&mut &bytes[..])
-            .map_err(|e| failed(format!("not a valid ONNX graph: {e:#}")))?;
-        drop(bytes);
-        let declared = budget::check_proto(&proto, limits, budget)?;
-        // `model_for_proto_model` has no folder to resolve external data from, so a graph
-        // whose weights live in other files (which could point anywhere) is refused.
-        let mut model = onnx
-            .model_for_proto_model(&proto)
-            .map_err(|e| failed(format!("not a valid ONNX graph: {e:#}")))?;
-        drop(proto);
-        budget::guard_folding(&mut model, declared, budget);
-        let refused_fold = |e: tract_onnx::prelude::TractError, what: &str| match e
-            .chain()
-            .find_map(|cause| cause.downcast_ref::<budget::FoldRefused>())
-        {
-            Some(refused) => Refused {
-                limit: Refusal::Memory,
-                reason: refused.0.clone(),
-            },
-            None => failed(format!("{what}: {e:#}")),
-        };
-        let model = model
-            .into_typed()
-            .map_err(|e| refused_fold(e, "cannot analyse the graph"))?;
-        budget::check_typed_folding(&model, budget)?;
-        let decluttered = model
-            .into_decluttered()
-            .map_err(|e| failed(format!("cannot optimise the graph: {e:#}")))?;
-        budget::check_typed_folding(&decluttered, budget)?;
         let planning = Instant::now();
         let mut model = decluttered.clone();
         model
@@ -108,50 +84,6 @@ impl TractGraph {
             });
         }
         let guards = budget::value_guards(&model, limits.value_bytes, MAX_DYNAMIC_DIM as i64)?;
-        let mut inputs = Vec::new();
-        for (i, outlet) in model
-            .input_outlets()
-            .map_err(|e| failed(format!("{e:#}")))?
-            .iter()
-            .enumerate()
-        {
-            let fact: &TypedFact = model.input_fact(i).map_err(|e| failed(format!("{e:#}")))?;
-            let name = model.node(outlet.node).name.clone();
-            let ty = tensor_type(fact.datum_type).ok_or_else(|| {
-                failed(format!(
-                    "input '{name}' has element type {:?}, which wasi:nn cannot pass (FP16, FP32, FP64, U8, I32, I64)",
-                    fact.datum_type
-                ))
-            })?;
-            let dims = fact
-                .shape
-                .iter()
-                .map(|d: &TDim| d.to_i64().ok().and_then(|v| u64::try_from(v).ok()))
-                .collect();
-            inputs.push(InputSpec { name, ty, dims });
-        }
-        let outputs = model
-            .output_outlets()
-            .map_err(|e| failed(format!("{e:#}")))?
-            .iter()
-            .map(|&outlet| {
-                model
-                    .outlet_label(outlet)
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| model.node(outlet.node).name.clone())
-            })
-            .collect();
-        let symbolic: Vec<(usize, usize)> = inputs
-            .iter()
-            .enumerate()
-            .flat_map(|(i, spec)| {
-                spec.dims
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, d)| d.is_none())
-                    .map(move |(d, _)| (i, d))
-            })
-            .collect();
         let runnable = model
             .into_runnable()
             .map_err(|e| failed(format!("cannot plan the graph: {e:#}")))?;
@@ -260,9 +192,117 @@ impl TractGraph {
     }
 }
 
+/// A graph parsed, checked against the load limits and decluttered: what both backends
+/// start from (ONNX Runtime's graphs are analysed by tract too, for the limits).
+pub struct Analysed {
+    pub decluttered: TypedModel,
+    pub inputs: Vec<InputSpec>,
+    pub outputs: Vec<String>,
+    /// Where each symbolic input dimension is: (input, dimension), in input order.
+    pub symbolic: Vec<(usize, usize)>,
+}
+
+/// Parses `bytes` and declutters the graph within `limits`, `budget` being what is left
+/// of the model's graph memory; a panic of tract's is an invalid graph.
+pub fn analyse(bytes: &[u8], limits: &GraphLimits, budget: u64) -> Result<Analysed, Refused> {
+    let analysed = std::panic::catch_unwind(|| analyse_unguarded(bytes, limits, budget));
+    clear_upper_vector_state();
+    analysed.map_err(|_| Refused {
+        limit: Refusal::Invalid,
+        reason: "not a valid ONNX graph (the parser panicked)".to_string(),
+    })?
+}
+
+fn analyse_unguarded(bytes: &[u8], limits: &GraphLimits, budget: u64) -> Result<Analysed, Refused> {
+    let failed = |reason: String| Refused {
+        limit: Refusal::Invalid,
+        reason,
+    };
+    let onnx = tract_onnx::onnx();
+    let proto = onnx
+        .proto_model_for_read(&mut &bytes[..])
+        .map_err(|e| failed(format!("not a valid ONNX graph: {e:#}")))?;
+    let declared = budget::check_proto(&proto, limits, budget)?;
+    // `model_for_proto_model` has no folder to resolve external data from, so a graph
+    // whose weights live in other files (which could point anywhere) is refused.
+    let mut model = onnx
+        .model_for_proto_model(&proto)
+        .map_err(|e| failed(format!("not a valid ONNX graph: {e:#}")))?;
+    drop(proto);
+    budget::guard_folding(&mut model, declared, budget);
+    let refused_fold = |e: tract_onnx::prelude::TractError, what: &str| match e
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<budget::FoldRefused>())
+    {
+        Some(refused) => Refused {
+            limit: Refusal::Memory,
+            reason: refused.0.clone(),
+        },
+        None => failed(format!("{what}: {e:#}")),
+    };
+    let model = model
+        .into_typed()
+        .map_err(|e| refused_fold(e, "cannot analyse the graph"))?;
+    budget::check_typed_folding(&model, budget)?;
+    let decluttered = model
+        .into_decluttered()
+        .map_err(|e| failed(format!("cannot optimise the graph: {e:#}")))?;
+    budget::check_typed_folding(&decluttered, budget)?;
+    let mut inputs = Vec::new();
+    for (i, outlet) in decluttered
+        .input_outlets()
+        .map_err(|e| failed(format!("{e:#}")))?
+        .iter()
+        .enumerate()
+    {
+        let fact: &TypedFact = decluttered.input_fact(i).map_err(|e| failed(format!("{e:#}")))?;
+        let name = decluttered.node(outlet.node).name.clone();
+        let ty = tensor_type(fact.datum_type).ok_or_else(|| {
+            failed(format!(
+                "input '{name}' has element type {:?}, which wasi:nn cannot pass (FP16, FP32, FP64, U8, I32, I64)",
+                fact.datum_type
+            ))
+        })?;
+        let dims = fact
+            .shape
+            .iter()
+            .map(|d: &TDim| d.to_i64().ok().and_then(|v| u64::try_from(v).ok()))
+            .collect();
+        inputs.push(InputSpec { name, ty, dims });
+    }
+    let outputs = decluttered
+        .output_outlets()
+        .map_err(|e| failed(format!("{e:#}")))?
+        .iter()
+        .map(|&outlet| {
+            decluttered
+                .outlet_label(outlet)
+                .map(str::to_owned)
+                .unwrap_or_else(|| decluttered.node(outlet.node).name.clone())
+        })
+        .collect();
+    let symbolic: Vec<(usize, usize)> = inputs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, spec)| {
+            spec.dims
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.is_none())
+                .map(move |(d, _)| (i, d))
+        })
+        .collect();
+    Ok(Analysed {
+        decluttered,
+        inputs,
+        outputs,
+        symbolic,
+    })
+}
+
 /// The symbol of each symbolic input dimension at `positions` of `model`, `None` when one
 /// is an expression rather than a symbol.
-fn template_symbols(model: &TypedModel, positions: &[(usize, usize)]) -> Option<Vec<tract_onnx::prelude::Symbol>> {
+pub fn template_symbols(model: &TypedModel, positions: &[(usize, usize)]) -> Option<Vec<tract_onnx::prelude::Symbol>> {
     positions
         .iter()
         .map(|&(input, dim)| match model.input_fact(input).ok()?.shape.get(dim)? {
@@ -317,7 +357,7 @@ fn compute(
     })
 }
 
-fn too_large(node: &str, bytes: u64, value_bytes: u64) -> String {
+pub fn too_large(node: &str, bytes: u64, value_bytes: u64) -> String {
     format!(
         "the graph failed: node '{}' would compute {bytes} bytes, more than the instance's memory of {value_bytes} bytes (limits.memory_mib)",
         crate::model::text::clip(node)
@@ -347,7 +387,7 @@ impl std::error::Error for Stopped {}
 /// wasm SIMD in the other stages, the host's own code) then pays a state-transition
 /// penalty: measured, the hand-written digits wasm forward pass at batch 32 went from
 /// 25 µs to 2.6 ms once tract had run on its thread. `vzeroupper` clears that state.
-fn clear_upper_vector_state() {
+pub fn clear_upper_vector_state() {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx") {
         // SAFETY: the CPU has AVX (checked just above), which is all `zero_upper` needs.
@@ -421,12 +461,9 @@ fn from_tract(name: &str, value: &TractTensor) -> Result<Tensor, String> {
 compile_error!("wasi:nn tensors are little-endian: tensorplug copies them as they are");
 
 #[cfg(test)]
-#[path = "../../../../tests/common/onnx.rs"]
-mod onnx;
-
-#[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::nn::onnx;
     use crate::runtime::nn::{MAX_CONCRETE_PLANS, MAX_PLANNED_DIM};
     use std::time::Duration;
 
