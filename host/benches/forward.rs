@@ -19,7 +19,7 @@
 //!
 //! Build the plugins first (`./scripts/build-plugins.sh`), then `cargo bench --bench forward`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,9 @@ use tensorplug::runtime::nn::{GraphLimits, ModelGraphs, NnTensor, TensorType};
 use tensorplug::runtime::{ModelShared, Runtime, StageTemplate};
 
 mod common;
+/// Where ONNX Runtime's library is (as the tests find it).
+#[path = "../../tests/common/onnx.rs"]
+mod onnx;
 
 const BATCHES: [usize; 3] = [1, 8, 32];
 
@@ -239,7 +242,6 @@ fn forward_pass(c: &mut Criterion) {
 /// ONNX Runtime called natively, for comparison.
 mod onnxruntime {
     use super::*;
-    use ort::session::builder::GraphOptimizationLevel;
     use ort::session::Session;
     use ort::value::TensorRef;
 
@@ -247,31 +249,10 @@ mod onnxruntime {
 
     pub struct Graph(Session);
 
-    /// The library: `TENSORPLUG_ONNXRUNTIME_LIB`, else the test virtualenv's wheel.
-    fn library() -> Option<PathBuf> {
-        if let Some(path) = std::env::var_os("TENSORPLUG_ONNXRUNTIME_LIB") {
-            return Some(PathBuf::from(path));
-        }
-        let lib = root().join("target/python-env/lib");
-        std::fs::read_dir(&lib)
-            .ok()?
-            .flatten()
-            .map(|python| python.path().join("site-packages/onnxruntime/capi"))
-            .filter_map(|capi| std::fs::read_dir(capi).ok())
-            .flat_map(|files| files.flatten().map(|f| f.path()))
-            .find(|path| {
-                path.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("libonnxruntime.so."))
-            })
-    }
-
     impl Native {
         pub fn find() -> Option<Native> {
-            let Some(path) = library() else {
-                println!("ONNX Runtime not found (TENSORPLUG_ONNXRUNTIME_LIB, or onnxruntime in target/python-env): its benchmarks are skipped");
-                return None;
-            };
+            // `None` says why (its benchmarks are skipped).
+            let path = onnx::onnxruntime_library()?;
             // tensorplug's backend loads the same library.
             tensorplug::runtime::nn::set_onnxruntime_library(path.clone());
             let builder = ort::init_from(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -285,24 +266,9 @@ mod onnxruntime {
 
         /// A session on one thread, without spinning, fully optimised.
         pub fn session(&self, file: &Path) -> Graph {
-            let built = || -> Result<Session, String> {
-                let text = |e: ort::Error<_>| e.to_string();
-                Session::builder(&self.0)
-                    .map_err(|e| e.to_string())?
-                    .with_intra_threads(1)
-                    .map_err(text)?
-                    .with_inter_threads(1)
-                    .map_err(text)?
-                    .with_intra_op_spinning(false)
-                    .map_err(text)?
-                    .with_inter_op_spinning(false)
-                    .map_err(text)?
-                    .with_optimization_level(GraphOptimizationLevel::All)
-                    .map_err(text)?
-                    .commit_from_file(file)
-                    .map_err(|e| e.to_string())
-            };
-            Graph(built().unwrap_or_else(|e| panic!("{}: {e}", file.display())))
+            let built = tensorplug::runtime::nn::onnxruntime_session(&self.0)
+                .and_then(|mut builder| builder.commit_from_file(file).map_err(|e| e.to_string()));
+            Graph(built.unwrap_or_else(|e| panic!("{}: {e}", file.display())))
         }
     }
 

@@ -137,17 +137,7 @@ async fn digits_cnn_matches_its_oracle_one_by_one_and_batched() {
         agree += usize::from(label == mlp[i].predict);
     }
     assert!(agree > 430, "{agree} of 450 agree with the MLP");
-    for chunk in cases.chunks(32) {
-        let pixels: Vec<f32> = chunk.iter().flat_map(|c| c.pixels.clone()).collect();
-        let (status, body) = server
-            .post_json(
-                infer,
-                &request("input-0", "FP32", &[chunk.len() as u64, 64], json!(pixels)),
-            )
-            .await;
-        assert_eq!(status, 200, "{body}");
-        assert_batch_matches(&body, chunk, "cnn batch");
-    }
+    assert_batches_of_32_match(&server, infer, &cases, "cnn batch").await;
     server.stop().await;
 }
 
@@ -211,6 +201,21 @@ async fn tiny_resnet_computes_what_onnx_runtime_does_one_by_one_and_batched() {
     let want: Vec<f32> = (0..images.len()).flat_map(|i| expected(i).0).collect();
     assert_close(&output_f32(&body, "probabilities"), &want, "the batch of 8");
     server.stop().await;
+}
+
+/// `cases` in requests of 32 images to `infer`, each answer matching them.
+pub(crate) async fn assert_batches_of_32_match(server: &TestServer, infer: &str, cases: &[Case], context: &str) {
+    for chunk in cases.chunks(32) {
+        let pixels: Vec<f32> = chunk.iter().flat_map(|c| c.pixels.clone()).collect();
+        let (status, body) = server
+            .post_json(
+                infer,
+                &request("input-0", "FP32", &[chunk.len() as u64, 64], json!(pixels)),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_batch_matches(&body, chunk, context);
+    }
 }
 
 /// A copy of the digits-onnx model folder at `repository/name`, its `model.toml`'s graph
@@ -394,7 +399,7 @@ fn faulty_with_graphs(limits: &str, parameters: &str, graphs: &[(&str, Vec<u8>)]
 }
 
 /// [`faulty_with_graphs`], the graphs run by `backend` (`None`: the plain entry, tract).
-pub(crate) fn faulty_with_graphs_on(
+fn faulty_with_graphs_on(
     backend: Option<&str>,
     limits: &str,
     parameters: &str,
@@ -422,13 +427,18 @@ pub(crate) fn faulty_with_graphs_on(
 
 /// 200 chained [256, 1024] x [1024, 1024] MatMuls (~10 ms each): legal, and far longer
 /// than 300 ms (~2 s).
-pub(crate) fn heavy() -> Vec<u8> {
+fn heavy() -> Vec<u8> {
     common::onnx::matmul_chain(200, 1024, Some(256))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heavy_compute_is_stopped_at_its_deadline_and_its_neighbours_answered() {
-    let repository = faulty_with_graphs("timeout_ms = 300", "", &[("heavy", heavy())]);
+    heavy_compute_is_stopped_at_its_deadline(None).await;
+}
+
+/// The deadline test, its graph run by `backend` (`None`: tract, the plain entry).
+pub(crate) async fn heavy_compute_is_stopped_at_its_deadline(backend: Option<&str>) {
+    let repository = faulty_with_graphs_on(backend, "timeout_ms = 300", "", &[("heavy", heavy())]);
     let server = TestServer::start(repository.path()).await;
     // Alone: the 504 comes at the deadline, not when the compute would have ended.
     let started = std::time::Instant::now();
@@ -487,8 +497,13 @@ async fn a_heavy_compute_in_init_fails_the_load_at_init_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_larger_than_the_instance_is_the_items_error() {
+    output_larger_than_the_instance_is_the_items_error(None).await;
+}
+
+/// The instance memory test, its graph run by `backend` (`None`: tract).
+pub(crate) async fn output_larger_than_the_instance_is_the_items_error(backend: Option<&str>) {
     // [1024, 1] x [1, 65536]: a 256 MiB output for an instance of 64 MiB.
-    let repository = faulty_with_graphs("memory_mib = 64", "", &[("wide", common::onnx::widen(65_536))]);
+    let repository = faulty_with_graphs_on(backend, "memory_mib = 64", "", &[("wide", common::onnx::widen(65_536))]);
     let server = TestServer::start(repository.path()).await;
     let (status, body) = server.post_faulty(&[1.0, -41.0]).await;
     assert_eq!(status, 207, "{body}");

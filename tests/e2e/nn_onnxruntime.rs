@@ -6,11 +6,10 @@
 //! its load with the reason: that one needs none.
 
 use crate::common;
-use crate::digits::{assert_batch_matches, assert_oracle_one_by_one, cases, repository as examples};
-use crate::nn::{digits_onnx_copy, faulty_with_graphs_on, heavy};
+use crate::digits::{assert_oracle_one_by_one, cases, repository as examples};
+use crate::nn::digits_onnx_copy;
 
-use common::{request, TestServer};
-use serde_json::json;
+use common::TestServer;
 
 /// Whether the library is there; named for this process's graph loads.
 fn onnxruntime() -> bool {
@@ -36,18 +35,7 @@ async fn digits_onnx_on_onnxruntime_answers_the_oracle_one_by_one_and_batched() 
     let server = TestServer::start(repository.path()).await;
     let infer = "/v2/models/digits-ort/infer";
     assert_oracle_one_by_one(&server, infer).await;
-    let cases = cases();
-    for chunk in cases.chunks(32) {
-        let pixels: Vec<f32> = chunk.iter().flat_map(|c| c.pixels.clone()).collect();
-        let (status, body) = server
-            .post_json(
-                infer,
-                &request("input-0", "FP32", &[chunk.len() as u64, 64], json!(pixels)),
-            )
-            .await;
-        assert_eq!(status, 200, "{body}");
-        assert_batch_matches(&body, chunk, "batch on onnxruntime");
-    }
+    crate::nn::assert_batches_of_32_match(&server, infer, &cases(), "batch on onnxruntime").await;
     // Its graph memory: the file, and one session or more (twice the weights each).
     let graph_bytes = common::stats(&server, "digits-ort").await["graph_bytes"]
         .as_u64()
@@ -60,65 +48,17 @@ async fn digits_onnx_on_onnxruntime_answers_the_oracle_one_by_one_and_batched() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_heavy_compute_on_onnxruntime_is_stopped_at_its_deadline() {
-    if !onnxruntime() {
-        return;
+async fn a_heavy_compute_on_onnxruntime_is_stopped_at_its_deadline_and_its_neighbours_answered() {
+    if onnxruntime() {
+        crate::nn::heavy_compute_is_stopped_at_its_deadline(Some("onnxruntime")).await;
     }
-    let repository = faulty_with_graphs_on(Some("onnxruntime"), "timeout_ms = 300", "", &[("heavy", heavy())]);
-    let server = TestServer::start(repository.path()).await;
-    let started = std::time::Instant::now();
-    let (status, body) = server.post_faulty(&[-40.0]).await;
-    let took = started.elapsed();
-    assert_eq!(status, 504, "{body}");
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("time limit of 300 ms"),
-        "{body}"
-    );
-    assert!(
-        took < std::time::Duration::from_millis(300 + 250),
-        "answered after {took:?}"
-    );
-    let (status, body) = server.post_faulty(&[1.0, -40.0, 3.0]).await;
-    assert_eq!(status, 207, "{body}");
-    let results = body["results"].as_array().unwrap();
-    assert_eq!(
-        (
-            results[0]["status"].as_u64(),
-            results[1]["status"].as_u64(),
-            results[2]["status"].as_u64()
-        ),
-        (Some(200), Some(504), Some(200)),
-        "{body}"
-    );
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_larger_than_the_instance_on_onnxruntime_is_the_items_error() {
-    if !onnxruntime() {
-        return;
+    if onnxruntime() {
+        crate::nn::output_larger_than_the_instance_is_the_items_error(Some("onnxruntime")).await;
     }
-    let repository = faulty_with_graphs_on(
-        Some("onnxruntime"),
-        "memory_mib = 64",
-        "",
-        &[("wide", common::onnx::widen(65_536))],
-    );
-    let server = TestServer::start(repository.path()).await;
-    let (status, body) = server.post_faulty(&[1.0, -41.0]).await;
-    assert_eq!(status, 207, "{body}");
-    assert_eq!(body["results"][0]["status"], 200, "{body}");
-    assert_eq!(body["results"][1]["status"], 422, "{body}");
-    let error = body["results"][1]["error"].as_str().unwrap_or_default();
-    assert!(
-        error.contains("268435456 bytes") && error.contains("limits.memory_mib"),
-        "{error}"
-    );
-    assert_eq!(common::stats(&server, "faulty").await["traps"], 0);
-    server.stop().await;
 }
 
 /// `tensorplug check` (the server's load) with `library` as `--onnxruntime-lib` (none:

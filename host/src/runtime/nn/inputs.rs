@@ -141,3 +141,18 @@ fn check(spec: &InputSpec, tensor: &Tensor) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// A graph's `Debug`: its inputs, outputs and what it holds.
+pub fn debug_graph(
+    f: &mut std::fmt::Formatter<'_>,
+    kind: &str,
+    inputs: &[InputSpec],
+    outputs: &[String],
+    bytes: u64,
+) -> std::fmt::Result {
+    f.debug_struct(kind)
+        .field("inputs", &inputs)
+        .field("outputs", &outputs)
+        .field("bytes", &bytes)
+        .finish()
+}

@@ -27,7 +27,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Instant;
 
 use ort::environment::Environment;
-use ort::session::builder::GraphOptimizationLevel;
+use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::session::{RunOptions, Session, SessionInputValue};
 use ort::value::{PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, ValueType};
 use tract_onnx::prelude::{Symbol, SymbolValues, TDim};
@@ -35,9 +35,8 @@ use tract_onnx::prelude::{Symbol, SymbolValues, TDim};
 use super::budget::{self, GraphLimits, GraphMemory, Refusal, Refused};
 use super::host::NnTensor as Tensor;
 use super::inputs::{self, InputSpec, NamedTensor, MAX_DYNAMIC_DIM};
-use super::tract::{analyse, clear_upper_vector_state, template_symbols, too_large, Analysed, MAX_GRAPH_BYTES};
-use super::RunError;
-use crate::model::config::graph_path_inside;
+use super::tract::{analyse, clear_upper_vector_state, read_graph, template_symbols, too_large, Analysed};
+use super::{Computed, RunError};
 use crate::runtime::bindings::nn::tensor::TensorType;
 
 /// The environment variable naming the library (also `--onnxruntime-lib`'s).
@@ -105,16 +104,6 @@ struct Sessions {
     made: u64,
 }
 
-impl std::fmt::Debug for OrtGraph {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OrtGraph")
-            .field("inputs", &self.inputs)
-            .field("outputs", &self.outputs)
-            .field("bytes", &self.bytes())
-            .finish()
-    }
-}
-
 impl OrtGraph {
     /// Reads `file` (inside `dir`, at most [`MAX_GRAPH_BYTES`]), analyses it with tract
     /// within `limits`, and makes its first session; `budget` is what is left of the
@@ -124,15 +113,14 @@ impl OrtGraph {
             limit: Refusal::Invalid,
             reason,
         };
-        let resolved = graph_path_inside(dir, file).map_err(failed)?;
-        let bytes = crate::model::files::read_regular(&resolved, MAX_GRAPH_BYTES, "the graph size cap of 256 MiB")
-            .map_err(|e| failed(e.to_string()))?;
-        let Analysed {
-            decluttered,
-            inputs,
-            outputs,
-            symbolic,
-        } = analyse(&bytes, limits, budget)?;
+        let bytes = read_graph(dir, file)?;
+        let analysed: Analysed = analyse(&bytes, limits, budget)?;
+        let (decluttered, inputs, outputs, symbolic) = (
+            analysed.decluttered,
+            analysed.inputs,
+            analysed.outputs,
+            analysed.symbolic,
+        );
         let session_bytes = budget::held_bytes(&decluttered).saturating_mul(2);
         let held = (bytes.len() as u64).saturating_add(session_bytes);
         if held > budget {
@@ -190,12 +178,7 @@ impl OrtGraph {
     }
 
     /// Runs the graph on `inputs`, as [`super::TractGraph::run`] does.
-    pub fn run(
-        &self,
-        inputs: Vec<NamedTensor>,
-        deadline: Instant,
-        value_bytes: u64,
-    ) -> Result<Vec<NamedTensor>, RunError> {
+    pub fn run(&self, inputs: Vec<NamedTensor>, deadline: Instant, value_bytes: u64) -> Computed {
         let inputs = inputs::checked(&self.inputs, inputs)?;
         self.check_values(&inputs, value_bytes)?;
         let mut session = self.session(deadline)?;
@@ -263,9 +246,24 @@ impl OrtGraph {
     }
 }
 
-/// A session of `model`: one thread, no spinning, every graph optimisation.
+impl std::fmt::Debug for OrtGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sessions = lock(&self.sessions).made;
+        inputs::debug_graph(f, "OrtGraph", &self.inputs, &self.outputs, self.bytes())?;
+        write!(f, " ({sessions} sessions)")
+    }
+}
+
+/// A session of `model`.
 fn new_session(model: &[u8]) -> Result<Session, String> {
-    let environment = environment()?;
+    single_threaded(environment()?)?
+        .commit_from_memory(model)
+        .map_err(|e| format!("ONNX Runtime cannot load the graph: {e}"))
+}
+
+/// A session builder for how tensorplug runs ONNX Runtime (also what the forward
+/// benchmark compares with): one thread, no spinning, every graph optimisation.
+pub fn single_threaded(environment: &Environment) -> Result<SessionBuilder, String> {
     let text = |e: ort::Error<_>| format!("ONNX Runtime: {e}");
     Session::builder(environment)
         .map_err(|e| format!("ONNX Runtime: {e}"))?
@@ -278,9 +276,7 @@ fn new_session(model: &[u8]) -> Result<Session, String> {
         .with_inter_op_spinning(false)
         .map_err(text)?
         .with_optimization_level(GraphOptimizationLevel::All)
-        .map_err(text)?
-        .commit_from_memory(model)
-        .map_err(|e| format!("ONNX Runtime cannot load the graph: {e}"))
+        .map_err(text)
 }
 
 fn compute(
@@ -363,39 +359,31 @@ fn from_ort(name: &str, value: &ort::value::DynValue) -> Result<Tensor, String> 
         .iter()
         .map(|&d| u32::try_from(d).map_err(|_| format!("output '{name}': dimension {d} does not fit wasi:nn's u32")))
         .collect::<Result<Vec<u32>, String>>()?;
-    let extract = |e: ort::Error| format!("output '{name}': {e}");
     let (ty, data) = match ty {
-        TensorElementType::Float32 => (
-            TensorType::Fp32,
-            bytes_of(value.try_extract_tensor::<f32>().map_err(extract)?.1, f32::to_le_bytes),
-        ),
-        TensorElementType::Float64 => (
-            TensorType::Fp64,
-            bytes_of(value.try_extract_tensor::<f64>().map_err(extract)?.1, f64::to_le_bytes),
-        ),
-        TensorElementType::Int32 => (
-            TensorType::I32,
-            bytes_of(value.try_extract_tensor::<i32>().map_err(extract)?.1, i32::to_le_bytes),
-        ),
-        TensorElementType::Int64 => (
-            TensorType::I64,
-            bytes_of(value.try_extract_tensor::<i64>().map_err(extract)?.1, i64::to_le_bytes),
-        ),
-        TensorElementType::Uint8 => (
-            TensorType::U8,
-            value.try_extract_tensor::<u8>().map_err(extract)?.1.to_vec(),
-        ),
+        TensorElementType::Float32 => (TensorType::Fp32, extracted(name, value, f32::to_le_bytes)?),
+        TensorElementType::Float64 => (TensorType::Fp64, extracted(name, value, f64::to_le_bytes)?),
+        TensorElementType::Int32 => (TensorType::I32, extracted(name, value, i32::to_le_bytes)?),
+        TensorElementType::Int64 => (TensorType::I64, extracted(name, value, i64::to_le_bytes)?),
+        TensorElementType::Uint8 => (TensorType::U8, extracted(name, value, u8::to_le_bytes)?),
         _ => return Err(unsupported()),
     };
     Ok(Tensor { dimensions, ty, data })
 }
 
-fn bytes_of<T: Copy, const N: usize>(values: &[T], to: fn(T) -> [u8; N]) -> Vec<u8> {
+/// The output's elements as little-endian bytes.
+fn extracted<T: PrimitiveTensorElementType + Copy, const N: usize>(
+    name: &str,
+    value: &ort::value::DynValue,
+    to: fn(T) -> [u8; N],
+) -> Result<Vec<u8>, String> {
+    let (_, values) = value
+        .try_extract_tensor::<T>()
+        .map_err(|e| format!("output '{name}': {e}"))?;
     let mut bytes = Vec::with_capacity(values.len() * N);
     for &v in values {
         bytes.extend_from_slice(&to(v));
     }
-    bytes
+    Ok(bytes)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -407,17 +395,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
     use crate::runtime::nn::onnx;
-    use std::time::Duration;
-
-    const MIB: u64 = 1 << 20;
-
-    fn limits() -> GraphLimits {
-        GraphLimits {
-            memory_bytes: 256 * MIB,
-            max_nodes: 10_000,
-            value_bytes: 64 * MIB,
-        }
-    }
+    use crate::runtime::nn::test_support::{
+        a_long_compute_stops_at_its_deadline, digits_inputs_are_checked, fp32, later, limits, load_file,
+        values_past_the_instance_are_refused, MIB,
+    };
 
     /// Whether the library is there (named for the process); see `onnx::onnxruntime_library`.
     fn onnxruntime() -> bool {
@@ -430,29 +411,8 @@ mod tests {
         }
     }
 
-    fn fp32(dimensions: &[u32], values: &[f32]) -> Tensor {
-        Tensor {
-            dimensions: dimensions.to_vec(),
-            ty: TensorType::Fp32,
-            data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        }
-    }
-
-    fn later() -> Instant {
-        Instant::now() + Duration::from_secs(60)
-    }
-
     fn load_bytes(bytes: &[u8], limits: GraphLimits) -> Result<OrtGraph, Refused> {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("g.onnx"), bytes).unwrap();
-        OrtGraph::load(dir.path(), &dir.path().join("g.onnx"), &limits, limits.memory_bytes)
-    }
-
-    fn invalid(result: Result<Vec<NamedTensor>, RunError>) -> String {
-        match result {
-            Err(RunError::Invalid(message)) => message,
-            other => panic!("expected an invalid input, got {other:?}"),
-        }
+        load_file(bytes, limits, OrtGraph::load)
     }
 
     #[test]
@@ -484,17 +444,7 @@ mod tests {
         for (a, b) in floats(&ours[0].1).iter().zip(floats(&theirs[0].1)) {
             assert!((a - b).abs() < 1e-5, "{a} vs tract's {b}");
         }
-        let run = |tensor| graph.run(vec![("x".into(), tensor)], later(), 64 * MIB);
-        assert!(invalid(run(fp32(&[1, 63], &[0.0; 63]))).contains("shape [1, 63]"));
-        assert!(invalid(run(fp32(&[5000, 64], &[]))).contains("at most 4096"));
-        assert!(invalid(run(fp32(&[2, 64], &[0.0; 64]))).contains("256 bytes of data"));
-        let ints = Tensor {
-            dimensions: vec![1, 64],
-            ty: TensorType::I32,
-            data: vec![0; 256],
-        };
-        assert!(invalid(run(ints)).contains("element type I32"));
-        assert!(invalid(graph.run(vec![], later(), 64 * MIB)).contains("takes 1 input(s)"));
+        digits_inputs_are_checked(&|inputs, deadline, cap| graph.run(inputs, deadline, cap));
     }
 
     #[test]
@@ -528,18 +478,7 @@ mod tests {
             return;
         }
         let graph = load_bytes(&onnx::matmul_chain(200, 256, Some(256)), limits()).unwrap();
-        let x = || vec![(String::new(), fp32(&[256, 256], &[1.0; 256 * 256]))];
-        let started = Instant::now();
-        let whole = graph.run(x(), later(), 64 * MIB).unwrap();
-        let full = started.elapsed();
-        assert_eq!(whole[0].1.dimensions, [256, 256]);
-        let deadline = Instant::now() + full / 4;
-        let outcome = graph.run(x(), deadline, 64 * MIB);
-        let late = Instant::now().saturating_duration_since(deadline);
-        assert!(matches!(outcome, Err(RunError::Deadline)), "{outcome:?}");
-        assert!(late < full / 2, "stopped {late:?} late (a whole run: {full:?})");
-        // The session is usable again afterwards.
-        assert!(graph.run(x(), later(), 64 * MIB).is_ok());
+        a_long_compute_stops_at_its_deadline(&|inputs, deadline, cap| graph.run(inputs, deadline, cap));
     }
 
     #[test]
@@ -548,20 +487,7 @@ mod tests {
             return;
         }
         let graph = load_bytes(&onnx::widen(65_536), limits()).unwrap();
-        let ones = |rows: u32| vec![(String::new(), fp32(&[rows, 1], &vec![1.0; rows as usize]))];
-        assert_eq!(
-            graph.run(ones(4), later(), 64 * MIB).unwrap()[0].1.dimensions,
-            [4, 65_536]
-        );
-        match graph.run(ones(1024), later(), 64 * MIB) {
-            Err(RunError::TooLarge(message)) => {
-                assert!(
-                    message.contains("268435456 bytes") && message.contains("limits.memory_mib"),
-                    "{message}"
-                )
-            }
-            other => panic!("{other:?}"),
-        }
+        values_past_the_instance_are_refused(&|inputs, deadline, cap| graph.run(inputs, deadline, cap));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::budget::{self, GraphLimits, GraphMemory, Refusal, Refused};
 use super::host::NnTensor as Tensor;
 use super::inputs::{self, InputSpec, NamedTensor, MAX_DYNAMIC_DIM};
 use super::plans::{Plan, Plans, SizesKey};
-use super::RunError;
+use super::{Computed, RunError};
 use crate::model::config::graph_path_inside;
 use crate::runtime::bindings::nn::tensor::TensorType;
 use tract_onnx::prelude::{
@@ -32,11 +32,7 @@ pub struct TractGraph {
 
 impl std::fmt::Debug for TractGraph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TractGraph")
-            .field("inputs", &self.inputs)
-            .field("outputs", &self.outputs)
-            .field("bytes", &self.bytes())
-            .finish()
+        inputs::debug_graph(f, "TractGraph", &self.inputs, &self.outputs, self.bytes())
     }
 }
 
@@ -44,17 +40,14 @@ impl TractGraph {
     /// Reads `file` (inside `dir`, at most [`MAX_GRAPH_BYTES`]), parses, optimises and
     /// plans it within `limits`, `budget` being what is left of the model's graph memory.
     pub fn load(dir: &Path, file: &Path, limits: &GraphLimits, budget: u64) -> Result<Self, Refused> {
-        let failed = |reason: String| Refused {
-            limit: Refusal::Invalid,
-            reason,
-        };
-        let resolved = graph_path_inside(dir, file).map_err(failed)?;
-        let bytes = crate::model::files::read_regular(&resolved, MAX_GRAPH_BYTES, "the graph size cap of 256 MiB")
-            .map_err(|e| failed(e.to_string()))?;
+        let bytes = read_graph(dir, file)?;
         // tract's parser and optimiser on a hostile file: an error, whatever happens.
         let planned = std::panic::catch_unwind(move || Self::plan(bytes, limits, budget));
         clear_upper_vector_state();
-        planned.map_err(|_| failed("not a valid ONNX graph (the parser panicked)".to_string()))?
+        planned.map_err(|_| Refused {
+            limit: Refusal::Invalid,
+            reason: "not a valid ONNX graph (the parser panicked)".to_string(),
+        })?
     }
 
     fn plan(bytes: Vec<u8>, limits: &GraphLimits, budget: u64) -> Result<Self, Refused> {
@@ -143,12 +136,7 @@ impl TractGraph {
     /// Each compute gets a fresh execution state: measured, making one costs under a
     /// microsecond on the example graphs (keeping one per execution context saved less
     /// than the noise), where a plan made concrete saves half the compute at batch 1.
-    pub fn run(
-        &self,
-        inputs: Vec<NamedTensor>,
-        deadline: Instant,
-        value_bytes: u64,
-    ) -> Result<Vec<NamedTensor>, RunError> {
+    pub fn run(&self, inputs: Vec<NamedTensor>, deadline: Instant, value_bytes: u64) -> Computed {
         let inputs = inputs::checked(&self.inputs, inputs)?;
         let sizes: SizesKey = self
             .symbolic
@@ -190,6 +178,17 @@ impl TractGraph {
             .map(|(value, name)| Ok((name.clone(), from_tract(name, value).map_err(RunError::Failed)?)))
             .collect()
     }
+}
+
+/// The graph file `file`, inside `dir` (symlinks resolved), at most [`MAX_GRAPH_BYTES`].
+pub fn read_graph(dir: &Path, file: &Path) -> Result<Vec<u8>, Refused> {
+    let failed = |reason: String| Refused {
+        limit: Refusal::Invalid,
+        reason,
+    };
+    let resolved = graph_path_inside(dir, file).map_err(failed)?;
+    crate::model::files::read_regular(&resolved, MAX_GRAPH_BYTES, "the graph size cap of 256 MiB")
+        .map_err(|e| failed(e.to_string()))
 }
 
 /// A graph parsed, checked against the load limits and decluttered: what both backends
@@ -464,47 +463,20 @@ compile_error!("wasi:nn tensors are little-endian: tensorplug copies them as the
 mod tests {
     use super::*;
     use crate::runtime::nn::onnx;
+    use crate::runtime::nn::test_support::{
+        a_long_compute_stops_at_its_deadline, digits_inputs_are_checked, fp32, later, limits, load_file,
+        values_past_the_instance_are_refused, MIB,
+    };
     use crate::runtime::nn::{MAX_CONCRETE_PLANS, MAX_PLANNED_DIM};
     use std::time::Duration;
-
-    const MIB: u64 = 1 << 20;
-
-    fn limits() -> GraphLimits {
-        GraphLimits {
-            memory_bytes: 256 * MIB,
-            max_nodes: 10_000,
-            value_bytes: 64 * MIB,
-        }
-    }
 
     fn examples() -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models/digits-onnx")
     }
 
-    fn fp32(dimensions: &[u32], values: &[f32]) -> Tensor {
-        Tensor {
-            dimensions: dimensions.to_vec(),
-            ty: TensorType::Fp32,
-            data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        }
-    }
-
-    fn later() -> Instant {
-        Instant::now() + Duration::from_secs(60)
-    }
-
-    fn invalid(result: Result<Vec<NamedTensor>, RunError>) -> String {
-        match result {
-            Err(RunError::Invalid(message)) => message,
-            other => panic!("expected an invalid input, got {other:?}"),
-        }
-    }
-
     /// Loads `bytes` as a graph under `limits`.
     fn load_bytes(bytes: &[u8], limits: GraphLimits) -> Result<TractGraph, Refused> {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("g.onnx"), bytes).unwrap();
-        TractGraph::load(dir.path(), &dir.path().join("g.onnx"), &limits, limits.memory_bytes)
+        load_file(bytes, limits, TractGraph::load)
     }
 
     fn refused(bytes: &[u8], limits: GraphLimits) -> Refused {
@@ -535,22 +507,7 @@ mod tests {
         assert_eq!(outputs[1].1.ty, TensorType::I64);
         assert_eq!(outputs[1].1.dimensions, [3]);
 
-        let run = |tensor| graph.run(vec![("x".into(), tensor)], later(), 64 * MIB);
-        let shape = invalid(run(fp32(&[1, 63], &[0.0; 63])));
-        assert!(shape.contains("shape [1, 63]"), "{shape}");
-        let huge = invalid(run(fp32(&[5000, 64], &[])));
-        assert!(huge.contains("at most 4096"), "{huge}");
-        let short = invalid(run(fp32(&[2, 64], &[0.0; 64])));
-        assert!(short.contains("256 bytes of data"), "{short}");
-        let ints = Tensor {
-            dimensions: vec![1, 64],
-            ty: TensorType::I32,
-            data: vec![0; 256],
-        };
-        let typed = invalid(run(ints));
-        assert!(typed.contains("element type I32"), "{typed}");
-        let none = invalid(graph.run(vec![], later(), 64 * MIB));
-        assert!(none.contains("takes 1 input(s)"), "{none}");
+        digits_inputs_are_checked(&|inputs, deadline, cap| graph.run(inputs, deadline, cap));
     }
 
     #[test]
@@ -693,38 +650,13 @@ mod tests {
     #[test]
     fn a_compute_stops_between_nodes_at_its_deadline() {
         let graph = load_bytes(&onnx::matmul_chain(200, 256, Some(256)), limits()).unwrap();
-        let x = || vec![(String::new(), fp32(&[256, 256], &[1.0; 256 * 256]))];
-        let started = Instant::now();
-        let whole = graph.run(x(), later(), 64 * MIB).unwrap();
-        let full = started.elapsed();
-        assert_eq!(whole[0].1.dimensions, [256, 256]);
-        let deadline = Instant::now() + full / 4;
-        let outcome = graph.run(x(), deadline, 64 * MIB);
-        let late = Instant::now().saturating_duration_since(deadline);
-        assert!(matches!(outcome, Err(RunError::Deadline)), "{outcome:?}");
-        // One 256x256 MatMul takes a few milliseconds; without the check it would end
-        // 3/4 of a run late. (Lenient: the tests share two cores with other builds.)
-        assert!(late < full / 2, "stopped {late:?} late (a whole run: {full:?})");
+        a_long_compute_stops_at_its_deadline(&|inputs, deadline, cap| graph.run(inputs, deadline, cap));
     }
 
     #[test]
     fn values_larger_than_the_instance_are_refused_before_they_are_computed() {
-        // [N, 1] x [1, 65536]: 256 KiB per row, so 1024 rows would be 256 MiB.
         let graph = load_bytes(&onnx::widen(65_536), limits()).unwrap();
-        let ones = |rows: u32| vec![(String::new(), fp32(&[rows, 1], &vec![1.0; rows as usize]))];
-        assert_eq!(
-            graph.run(ones(4), later(), 64 * MIB).unwrap()[0].1.dimensions,
-            [4, 65_536]
-        );
-        match graph.run(ones(1024), later(), 64 * MIB) {
-            Err(RunError::TooLarge(message)) => {
-                assert!(
-                    message.contains("268435456 bytes") && message.contains("limits.memory_mib"),
-                    "{message}"
-                )
-            }
-            other => panic!("{other:?}"),
-        }
+        values_past_the_instance_are_refused(&|inputs, deadline, cap| graph.run(inputs, deadline, cap));
         // Fixed sizes larger than an instance: refused at load.
         let fixed = onnx::matmul_chain(1, 64, Some(1 << 20));
         let error = refused(
