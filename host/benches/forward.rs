@@ -245,7 +245,7 @@ mod onnxruntime {
     use ort::session::Session;
     use ort::value::TensorRef;
 
-    pub struct Native(ort::environment::Environment);
+    pub struct Native(&'static ort::environment::Environment);
 
     pub struct Graph(Session);
 
@@ -253,20 +253,15 @@ mod onnxruntime {
         pub fn find() -> Option<Native> {
             // `None` says why (its benchmarks are skipped).
             let path = onnx::onnxruntime_library()?;
-            // tensorplug's backend loads the same library.
-            tensorplug::runtime::nn::set_onnxruntime_library(path.clone());
-            let builder = ort::init_from(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let environment = builder
-                .with_name("forward")
-                .with_telemetry(false)
-                .build()
-                .expect("ONNX Runtime environment");
+            // The process's only ONNX Runtime environment, tensorplug's backend's.
+            tensorplug::runtime::nn::set_onnxruntime_library(path);
+            let environment = tensorplug::runtime::nn::onnxruntime_environment().expect("ONNX Runtime");
             Some(Native(environment))
         }
 
         /// A session on one thread, without spinning, fully optimised.
         pub fn session(&self, file: &Path) -> Graph {
-            let built = tensorplug::runtime::nn::onnxruntime_session(&self.0)
+            let built = tensorplug::runtime::nn::onnxruntime_session(self.0)
                 .and_then(|mut builder| builder.commit_from_file(file).map_err(|e| e.to_string()));
             Graph(built.unwrap_or_else(|e| panic!("{}: {e}", file.display())))
         }

@@ -163,8 +163,8 @@ use self::budget::{GraphMemory, Refusal, Refused};
 pub use self::host::{NnContext, NnError, NnGraph, NnTensor};
 pub use self::inputs::{NamedTensor, MAX_DYNAMIC_DIM};
 pub use self::onnxruntime::{
-    set_library as set_onnxruntime_library, single_threaded as onnxruntime_session, OrtGraph,
-    LIBRARY_ENV as ONNXRUNTIME_LIBRARY_ENV,
+    environment as onnxruntime_environment, set_library as set_onnxruntime_library,
+    single_threaded as onnxruntime_session, OrtGraph, LIBRARY_ENV as ONNXRUNTIME_LIBRARY_ENV,
 };
 pub use self::plans::{Plans, MAX_CONCRETE_PLANS, MAX_PLANNED_DIM};
 pub use self::tract::{TractGraph, MAX_GRAPH_BYTES};

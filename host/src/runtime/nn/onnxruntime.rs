@@ -60,8 +60,8 @@ fn library() -> Option<PathBuf> {
         .filter(|path| !path.as_os_str().is_empty())
 }
 
-/// ONNX Runtime's environment, the library loaded on first use.
-fn environment() -> Result<&'static Environment, String> {
+/// ONNX Runtime's environment (one per process), the library loaded on first use.
+pub fn environment() -> Result<&'static Environment, String> {
     ENVIRONMENT
         .get_or_init(|| {
             let path = library().ok_or_else(|| {
