@@ -4,6 +4,7 @@
 #   examples/digits/{preprocess,predict,postprocess} -> examples/models/digits/*.wasm
 #   examples/digits-onnx/predict (+ digits' pre/postprocess) -> examples/models/digits-onnx/*.wasm
 #     and the same three                     -> examples/models/digits-cnn/*.wasm
+#   examples/digits-onnx/predict                   -> examples/models/tiny-resnet/predict.wasm
 #   digits' pre/postprocess                  -> examples/models/digits-{c,cpp,python,js}/*.wasm
 #     (whose predict, in C, C++, Python and JavaScript, scripts/build-c-plugins.sh,
 #     build-python-plugins.sh and build-js-plugins.sh build, called last; they also build
@@ -61,6 +62,7 @@ copy digits_postprocess.wasm examples/models/digits-onnx/postprocess.wasm
 copy digits_onnx_predict.wasm examples/models/digits-cnn/predict.wasm
 copy digits_preprocess.wasm examples/models/digits-cnn/preprocess.wasm
 copy digits_postprocess.wasm examples/models/digits-cnn/postprocess.wasm
+copy digits_onnx_predict.wasm examples/models/tiny-resnet/predict.wasm
 copy digits_preprocess.wasm examples/models/digits-c/preprocess.wasm
 copy digits_postprocess.wasm examples/models/digits-c/postprocess.wasm
 copy digits_preprocess.wasm examples/models/digits-cpp/preprocess.wasm

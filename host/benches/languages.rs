@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use common::{digits_batch, images, root};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use tensorplug::model::config::GraphSpec;
 use tensorplug::runtime::nn::{GraphLimits, ModelGraphs};
 use tensorplug::runtime::{ModelShared, Runtime, StageTemplate};
 
@@ -42,7 +43,8 @@ fn shared_and_parameters(model: &str) -> (Arc<ModelShared>, Vec<(String, String)
         max_nodes: 10_000,
         value_bytes: 64 << 20,
     };
-    let graphs = ModelGraphs::load(&dir, &[("digits".into(), dir.join("digits.onnx"))], limits).expect("digits.onnx");
+    let graphs =
+        ModelGraphs::load(&dir, &[GraphSpec::tract("digits", dir.join("digits.onnx"))], limits).expect("digits.onnx");
     (
         Arc::new(ModelShared::with_graphs(graphs)),
         vec![("graph".into(), "digits".into())],

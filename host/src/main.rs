@@ -33,6 +33,7 @@ async fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(config) => {
             tensorplug::app::telemetry::init(&config.log, config.log_format);
+            config.onnxruntime.apply();
             let address = std::net::SocketAddr::new(config.host, config.http_port);
             let listener = tokio::net::TcpListener::bind(address).await?;
             tensorplug::app::server::run(config, listener, tensorplug::app::shutdown::signal()).await
@@ -49,6 +50,7 @@ async fn run() -> anyhow::Result<()> {
         }
         Command::Check(config) => {
             tensorplug::app::telemetry::init("error", Default::default());
+            config.onnxruntime.apply();
             let runtime = tensorplug::runtime::Runtime::new(config.cache.usable_dir().as_deref())?;
             let verdicts = tensorplug::app::check::check_repository(&config.repository, &runtime).await?;
             let mut broken = 0;

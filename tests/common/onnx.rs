@@ -253,3 +253,39 @@ pub fn widen(width: i64) -> Vec<u8> {
         vec![value("y", &[])],
     )
 }
+
+/// ONNX Runtime's library for the tests of its backend: `TENSORPLUG_ONNXRUNTIME_LIB`, else
+/// the `onnxruntime` wheel in the target directory's `python-env`
+/// (tests/conformance/requirements.txt). `None` (with a line saying the tests are skipped)
+/// when there is none, unless `TENSORPLUG_REQUIRE_ONNXRUNTIME=1`: then a missing library
+/// fails the test.
+pub fn onnxruntime_library() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let given = std::env::var_os("TENSORPLUG_ONNXRUNTIME_LIB").map(PathBuf::from);
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let wheel = || {
+        std::fs::read_dir(target.join("python-env/lib"))
+            .ok()?
+            .flatten()
+            .map(|python| python.path().join("site-packages/onnxruntime/capi"))
+            .filter_map(|capi| std::fs::read_dir(capi).ok())
+            .flat_map(|files| files.flatten().map(|f| f.path()))
+            .find(|path| {
+                path.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("libonnxruntime.so."))
+            })
+    };
+    let found = given.filter(|path| path.is_file()).or_else(wheel);
+    if found.is_none() {
+        let missing = "no ONNX Runtime library: set TENSORPLUG_ONNXRUNTIME_LIB, or install onnxruntime==1.32.0 in \
+            the target directory's python-env (scripts/python-env.sh)";
+        if std::env::var_os("TENSORPLUG_REQUIRE_ONNXRUNTIME").is_some_and(|v| v == "1") {
+            panic!("{missing} (TENSORPLUG_REQUIRE_ONNXRUNTIME=1)");
+        }
+        println!("skipped, {missing}");
+    }
+    found
+}

@@ -29,6 +29,7 @@ mod metrics_hostile;
 mod mixed;
 mod new;
 mod nn;
+mod nn_onnxruntime;
 mod observability;
 mod repository;
 mod sandbox;

@@ -27,6 +27,19 @@ async fn digits_onnx_answers_the_450_oracle_requests_one_by_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digits_onnx_answers_batched_requests_like_digits() {
     let server = TestServer::start(&examples()).await;
+    // The graph's host memory in the model's statistics, before any compute: what its
+    // plan holds (the weights, packed for tract's kernels) and the model its concrete
+    // plans are made from, of the order of its file's bytes.
+    let file_bytes = std::fs::metadata(examples().join("digits-onnx/digits.onnx"))
+        .unwrap()
+        .len();
+    let loaded_bytes = common::stats(&server, "digits-onnx").await["graph_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        loaded_bytes > file_bytes / 2 && loaded_bytes < 4 * file_bytes,
+        "{loaded_bytes} vs {file_bytes}"
+    );
     let cases = cases();
     // Every image once, in requests of 32 (one predict call each) and of 7, in both shapes.
     for (size, shape8x8) in [(32, false), (7, true)] {
@@ -62,17 +75,15 @@ async fn digits_onnx_answers_batched_requests_like_digits() {
     let (_, digits_meta) = server.get("/v2/models/digits").await;
     assert_eq!(meta["inputs"], digits_meta["inputs"]);
     assert_eq!(meta["outputs"], digits_meta["outputs"]);
-    // The graph's host memory in the model's statistics: what its plan holds (the
-    // weights, packed for tract's kernels), of the order of its file's bytes.
-    let file_bytes = std::fs::metadata(examples().join("digits-onnx/digits.onnx"))
-        .unwrap()
-        .len();
+    // Then the plans made concrete for the batch sizes used (32, 7, 4, and the last
+    // chunks'), each of the order of the file's bytes too.
     let graph_bytes = common::stats(&server, "digits-onnx").await["graph_bytes"]
         .as_u64()
         .unwrap();
+    let planned = graph_bytes - loaded_bytes;
     assert!(
-        graph_bytes > file_bytes / 2 && graph_bytes < 4 * file_bytes,
-        "{graph_bytes} vs {file_bytes}"
+        planned > file_bytes && planned < 4 * file_bytes * tensorplug::runtime::nn::MAX_CONCRETE_PLANS as u64,
+        "{graph_bytes} after computes, {loaded_bytes} at load, vs {file_bytes}"
     );
     assert_eq!(common::stats(&server, "digits").await["graph_bytes"], 0);
     let metrics = common::metrics::scrape(&server).await;
@@ -126,6 +137,74 @@ async fn digits_cnn_matches_its_oracle_one_by_one_and_batched() {
         agree += usize::from(label == mlp[i].predict);
     }
     assert!(agree > 430, "{agree} of 450 agree with the MLP");
+    assert_batches_of_32_match(&server, infer, &cases, "cnn batch").await;
+    server.stop().await;
+}
+
+/// tiny-resnet's graph is initialised, not trained: its oracle is ONNX Runtime's outputs
+/// on 8 fixed images (tests/data/tiny-resnet, written with the graph by
+/// examples/tiny-resnet/make_onnx.py), which tensorplug must reproduce one by one and
+/// batched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiny_resnet_computes_what_onnx_runtime_does_one_by_one_and_batched() {
+    let oracle: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::root().join("tests/data/tiny-resnet/oracle.json")).unwrap(),
+    )
+    .unwrap();
+    let images: Vec<Vec<f32>> = oracle["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|image| {
+            image
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect();
+    let expected = |i: usize| -> (Vec<f32>, i64) {
+        let proba = oracle["probabilities"][i]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        (proba, oracle["label"][i].as_i64().unwrap())
+    };
+    let assert_close = |got: &[f32], want: &[f32], what: &str| {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-4, "{what}: {got:?} vs ONNX Runtime's {want:?}");
+        }
+    };
+    let server = TestServer::start(&examples()).await;
+    let infer = "/v2/models/tiny-resnet/infer";
+    for (i, image) in images.iter().enumerate() {
+        let (status, body) = server
+            .post_json(infer, &request("input-0", "FP32", &[1, 1, 28, 28], json!(image)))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let (proba, label) = expected(i);
+        assert_close(&output_f32(&body, "probabilities"), &proba, &format!("image {i}"));
+        assert_eq!(output(&body, "label")["data"][0].as_i64().unwrap(), label, "image {i}");
+    }
+    let all: Vec<f32> = images.concat();
+    let (status, body) = server
+        .post_json(
+            infer,
+            &request("input-0", "FP32", &[images.len() as u64, 1, 28, 28], json!(all)),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let want: Vec<f32> = (0..images.len()).flat_map(|i| expected(i).0).collect();
+    assert_close(&output_f32(&body, "probabilities"), &want, "the batch of 8");
+    server.stop().await;
+}
+
+/// `cases` in requests of 32 images to `infer`, each answer matching them.
+pub(crate) async fn assert_batches_of_32_match(server: &TestServer, infer: &str, cases: &[Case], context: &str) {
     for chunk in cases.chunks(32) {
         let pixels: Vec<f32> = chunk.iter().flat_map(|c| c.pixels.clone()).collect();
         let (status, body) = server
@@ -135,14 +214,13 @@ async fn digits_cnn_matches_its_oracle_one_by_one_and_batched() {
             )
             .await;
         assert_eq!(status, 200, "{body}");
-        assert_batch_matches(&body, chunk, "cnn batch");
+        assert_batch_matches(&body, chunk, context);
     }
-    server.stop().await;
 }
 
 /// A copy of the digits-onnx model folder at `repository/name`, its `model.toml`'s graph
 /// line replaced by `graphs` (e.g. `digits = "nope.onnx"`).
-fn digits_onnx_copy(repository: &Path, name: &str, graphs: &str) -> PathBuf {
+pub(crate) fn digits_onnx_copy(repository: &Path, name: &str, graphs: &str) -> PathBuf {
     let from = examples().join("digits-onnx");
     let dir = repository.join(name);
     std::fs::create_dir_all(&dir).unwrap();
@@ -317,10 +395,25 @@ async fn compute_in_a_loop_past_the_deadline_fails_its_item_only() {
 /// The faulty plugin with `graphs` (name, ONNX bytes) in its folder and `limits` (one
 /// instance).
 fn faulty_with_graphs(limits: &str, parameters: &str, graphs: &[(&str, Vec<u8>)]) -> tempfile::TempDir {
+    faulty_with_graphs_on(None, limits, parameters, graphs)
+}
+
+/// [`faulty_with_graphs`], the graphs run by `backend` (`None`: the plain entry, tract).
+fn faulty_with_graphs_on(
+    backend: Option<&str>,
+    limits: &str,
+    parameters: &str,
+    graphs: &[(&str, Vec<u8>)],
+) -> tempfile::TempDir {
     let mut config = common::faulty_config("max_batch_size = 8", &format!("instances = 1\n{limits}"));
     config.push_str("\n[graphs]\n");
     for (name, _) in graphs {
-        config.push_str(&format!("{name} = \"{name}.onnx\"\n"));
+        match backend {
+            None => config.push_str(&format!("{name} = \"{name}.onnx\"\n")),
+            Some(backend) => config.push_str(&format!(
+                "{name} = {{ file = \"{name}.onnx\", backend = \"{backend}\" }}\n"
+            )),
+        }
     }
     if !parameters.is_empty() {
         config.push_str(&format!("\n[parameters]\n{parameters}\n"));
@@ -340,7 +433,12 @@ fn heavy() -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heavy_compute_is_stopped_at_its_deadline_and_its_neighbours_answered() {
-    let repository = faulty_with_graphs("timeout_ms = 300", "", &[("heavy", heavy())]);
+    heavy_compute_is_stopped_at_its_deadline(None).await;
+}
+
+/// The deadline test, its graph run by `backend` (`None`: tract, the plain entry).
+pub(crate) async fn heavy_compute_is_stopped_at_its_deadline(backend: Option<&str>) {
+    let repository = faulty_with_graphs_on(backend, "timeout_ms = 300", "", &[("heavy", heavy())]);
     let server = TestServer::start(repository.path()).await;
     // Alone: the 504 comes at the deadline, not when the compute would have ended.
     let started = std::time::Instant::now();
@@ -399,8 +497,13 @@ async fn a_heavy_compute_in_init_fails_the_load_at_init_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_larger_than_the_instance_is_the_items_error() {
+    output_larger_than_the_instance_is_the_items_error(None).await;
+}
+
+/// The instance memory test, its graph run by `backend` (`None`: tract).
+pub(crate) async fn output_larger_than_the_instance_is_the_items_error(backend: Option<&str>) {
     // [1024, 1] x [1, 65536]: a 256 MiB output for an instance of 64 MiB.
-    let repository = faulty_with_graphs("memory_mib = 64", "", &[("wide", common::onnx::widen(65_536))]);
+    let repository = faulty_with_graphs_on(backend, "memory_mib = 64", "", &[("wide", common::onnx::widen(65_536))]);
     let server = TestServer::start(repository.path()).await;
     let (status, body) = server.post_faulty(&[1.0, -41.0]).await;
     assert_eq!(status, 207, "{body}");

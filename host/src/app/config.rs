@@ -229,6 +229,28 @@ pub struct CheckConfig {
 
     #[command(flatten)]
     pub cache: CacheArgs,
+
+    #[command(flatten)]
+    pub onnxruntime: OnnxRuntimeArgs,
+}
+
+/// ONNX Runtime for the graphs that ask for it (`backend = "onnxruntime"` in `[graphs]`).
+#[derive(Clone, Debug, Default, Args)]
+pub struct OnnxRuntimeArgs {
+    /// ONNX Runtime's shared library (e.g. the `onnxruntime` wheel's
+    /// `onnxruntime/capi/libonnxruntime.so.1.32.0`); without it, models whose graphs ask
+    /// for ONNX Runtime fail their load.
+    #[arg(long = "onnxruntime-lib", env = "TENSORPLUG_ONNXRUNTIME_LIB")]
+    pub onnxruntime_lib: Option<PathBuf>,
+}
+
+impl OnnxRuntimeArgs {
+    /// Names the library for the process's graph loads.
+    pub fn apply(&self) {
+        if let Some(path) = &self.onnxruntime_lib {
+            crate::runtime::nn::set_onnxruntime_library(path.clone());
+        }
+    }
 }
 
 /// Where compiled plugins are cached.
@@ -399,6 +421,9 @@ pub struct ServeConfig {
 
     #[command(flatten)]
     pub connections: ConnectionArgs,
+
+    #[command(flatten)]
+    pub onnxruntime: OnnxRuntimeArgs,
 }
 
 impl ServeConfig {
@@ -430,6 +455,7 @@ impl ServeConfig {
                 no_cache: true,
             },
             connections: ConnectionArgs::default(),
+            onnxruntime: OnnxRuntimeArgs::default(),
         }
     }
 

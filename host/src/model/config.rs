@@ -103,11 +103,63 @@ pub struct ModelConfig {
     pub limits: Limits,
     /// `[parameters]` as text, handed to every stage's `init`.
     pub parameters: Vec<(String, String)>,
-    /// `[graphs]`: the ONNX graphs plugins load by name through `wasi:nn`, as (name, path
-    /// inside the model folder). The paths are plain relative paths without `..`; that
-    /// they stay inside the folder once symlinks are resolved is checked when they are
-    /// read (see [`graph_path_inside`]).
-    pub graphs: Vec<(String, PathBuf)>,
+    /// `[graphs]`: the ONNX graphs plugins load by name through `wasi:nn`. The paths are
+    /// plain relative paths without `..`; that they stay inside the folder once symlinks
+    /// are resolved is checked when they are read (see [`graph_path_inside`]).
+    pub graphs: Vec<GraphSpec>,
+}
+
+/// One graph of `[graphs]`: `name = "file.onnx"` (run by tract), or
+/// `name = { file = "file.onnx", backend = "tract" | "onnxruntime" }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphSpec {
+    pub name: String,
+    /// Inside the model folder.
+    pub file: PathBuf,
+    pub backend: GraphBackend,
+}
+
+impl GraphSpec {
+    /// `name = "file"`: a graph run by tract.
+    pub fn tract(name: impl Into<String>, file: impl Into<PathBuf>) -> Self {
+        GraphSpec {
+            name: name.into(),
+            file: file.into(),
+            backend: GraphBackend::Tract,
+        }
+    }
+}
+
+/// What runs a graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphBackend {
+    /// tract-onnx, built in.
+    Tract,
+    /// ONNX Runtime, from the shared library the operator gives (`--onnxruntime-lib`).
+    OnnxRuntime,
+}
+
+impl GraphBackend {
+    pub fn name(self) -> &'static str {
+        match self {
+            GraphBackend::Tract => "tract",
+            GraphBackend::OnnxRuntime => "onnxruntime",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawGraph {
+    File(String),
+    Table(RawGraphTable),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGraphTable {
+    file: String,
+    backend: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -126,7 +178,7 @@ struct RawModel {
     #[serde(default)]
     parameters: BTreeMap<String, toml::Value>,
     #[serde(default)]
-    graphs: BTreeMap<String, String>,
+    graphs: BTreeMap<String, RawGraph>,
 }
 
 #[derive(Deserialize)]
@@ -402,13 +454,32 @@ impl ModelConfig {
                 raw.graphs.len()
             ));
         }
-        for (graph, file) in raw.graphs {
+        for (graph, raw_graph) in raw.graphs {
             if !is_valid_graph_name(&graph) {
                 return Err(format!(
                     "key `graphs.{graph}`: {graph:?} is not a valid graph name (1-64 letters, digits, '-', '_', '.')"
                 ));
             }
-            graphs.push((graph.clone(), dir.join(graph_file(&format!("graphs.{graph}"), &file)?)));
+            let (file, backend) = match raw_graph {
+                RawGraph::File(file) => (file, GraphBackend::Tract),
+                RawGraph::Table(table) => {
+                    let backend = match table.backend.as_deref() {
+                        None | Some("tract") => GraphBackend::Tract,
+                        Some("onnxruntime") => GraphBackend::OnnxRuntime,
+                        Some(other) => {
+                            return Err(format!(
+                            "key `graphs.{graph}.backend`: {other:?} is not a backend (\"tract\" or \"onnxruntime\")"
+                        ))
+                        }
+                    };
+                    (table.file, backend)
+                }
+            };
+            graphs.push(GraphSpec {
+                file: dir.join(graph_file(&format!("graphs.{graph}"), &file)?),
+                name: graph,
+                backend,
+            });
         }
 
         Ok(Self {
@@ -654,7 +725,11 @@ mode = "fast"
         let c = ModelConfig::parse(Path::new("/m/digits"), &with(r#"digits = "onnx/digits.onnx""#)).unwrap();
         assert_eq!(
             c.graphs,
-            vec![("digits".into(), PathBuf::from("/m/digits/onnx/digits.onnx"))]
+            vec![GraphSpec {
+                name: "digits".into(),
+                file: PathBuf::from("/m/digits/onnx/digits.onnx"),
+                backend: GraphBackend::Tract,
+            }]
         );
         for bad in [
             "/etc/passwd",
@@ -681,6 +756,38 @@ mode = "fast"
         assert!(err.contains("outside the model folder"), "{err}");
         let err = graph_path_inside(&model, &model.join("missing.onnx")).unwrap_err();
         assert!(err.contains("cannot open"), "{err}");
+    }
+
+    #[test]
+    fn graphs_name_their_backend() {
+        let with = |graphs: &str| format!("{DIGITS}\n[graphs]\n{graphs}\n");
+        let parsed = |graphs: &str| ModelConfig::parse(Path::new("/m/digits"), &with(graphs)).map(|c| c.graphs);
+        let graph = |backend| GraphSpec {
+            name: "g".into(),
+            file: PathBuf::from("/m/digits/g.onnx"),
+            backend,
+        };
+        assert_eq!(parsed(r#"g = "g.onnx""#).unwrap(), [graph(GraphBackend::Tract)]);
+        assert_eq!(
+            parsed(r#"g = { file = "g.onnx" }"#).unwrap(),
+            [graph(GraphBackend::Tract)]
+        );
+        assert_eq!(
+            parsed(r#"g = { file = "g.onnx", backend = "tract" }"#).unwrap(),
+            [graph(GraphBackend::Tract)]
+        );
+        assert_eq!(
+            parsed(r#"g = { file = "g.onnx", backend = "onnxruntime" }"#).unwrap(),
+            [graph(GraphBackend::OnnxRuntime)]
+        );
+        let err = parsed(r#"g = { file = "g.onnx", backend = "tensorrt" }"#).unwrap_err();
+        assert!(
+            err.contains("key `graphs.g.backend`") && err.contains("onnxruntime"),
+            "{err}"
+        );
+        let err = parsed(r#"g = { file = "../g.onnx", backend = "onnxruntime" }"#).unwrap_err();
+        assert!(err.contains("key `graphs.g`"), "{err}");
+        assert!(parsed(r#"g = { file = "g.onnx", threads = 4 }"#).is_err());
     }
 
     #[test]

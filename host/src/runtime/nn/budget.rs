@@ -38,6 +38,54 @@ pub struct GraphLimits {
     pub value_bytes: u64,
 }
 
+/// What a model's graphs may still hold (`limits.graph_memory_mib` less what they
+/// hold), shared by its graphs: their loads take from it, and so do the plans made
+/// concrete while the model serves ([`super::plans`]), one at a time.
+#[derive(Debug)]
+pub struct GraphMemory {
+    left: std::sync::atomic::AtomicU64,
+    /// Held while one of the model's concrete plans is built, so that the build may
+    /// reserve all that is left.
+    building: Mutex<()>,
+}
+
+impl GraphMemory {
+    pub fn new(bytes: u64) -> Self {
+        GraphMemory {
+            left: std::sync::atomic::AtomicU64::new(bytes),
+            building: Mutex::new(()),
+        }
+    }
+
+    /// What is left.
+    pub fn left(&self) -> u64 {
+        self.left.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Takes `bytes` if that much is left.
+    pub fn take(&self, bytes: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        self.left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| left.checked_sub(bytes))
+            .is_ok()
+    }
+
+    pub fn give_back(&self, bytes: u64) {
+        self.left.fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Runs `build` as the model's only build, with all that is left reserved for it;
+    /// it returns what it keeps, and the rest is given back.
+    pub fn build<T>(&self, build: impl FnOnce(u64) -> (T, u64)) -> T {
+        use std::sync::atomic::Ordering;
+        let _only = self.building.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let reserved = self.left.swap(0, Ordering::AcqRel);
+        let (built, kept) = build(reserved);
+        self.left.fetch_add(reserved.saturating_sub(kept), Ordering::AcqRel);
+        built
+    }
+}
+
 /// Why a graph was refused for its size, named for the counter of refused loads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use wasmtime::component::Resource;
 use wasmtime::Trap;
 
-use super::tract::{RunError, TractGraph};
+use super::Graph;
+use super::RunError;
 use crate::runtime::bindings::nn::errors::ErrorCode;
 use crate::runtime::bindings::nn::graph::{ExecutionTarget, GraphBuilder, GraphEncoding};
 use crate::runtime::bindings::nn::inference::NamedTensor;
@@ -20,11 +21,11 @@ const LOAD_REFUSED: &str = "tensorplug loads graphs only from the model folder: 
     [graphs] and use load-by-name; graph bytes from a plugin are refused";
 
 /// A `graph` resource: one of the model's graphs.
-pub struct NnGraph(Arc<TractGraph>);
+pub struct NnGraph(Arc<Graph>);
 
 /// A `graph-execution-context` resource. Stateless beyond its graph: `compute` takes
 /// and returns every tensor, the WIT's way.
-pub struct NnContext(Arc<TractGraph>);
+pub struct NnContext(Arc<Graph>);
 
 /// A `tensor` resource.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,0 +1,516 @@
+//! The ONNX Runtime backend, for graphs whose `[graphs]` entry says
+//! `backend = "onnxruntime"`: the shared library the operator names
+//! (`--onnxruntime-lib`, `TENSORPLUG_ONNXRUNTIME_LIB`) loaded at the first such graph's
+//! load, never downloaded; without it, those models fail their load with the reason and
+//! tract's graphs serve as before.
+//!
+//! The limits hold as for tract, the same way:
+//! - **load**: the graph is analysed by tract first ([`super::tract::analyse`]: the file
+//!   size cap, node count, graph bombs, graph memory, load time), so a file ONNX Runtime
+//!   would load but tract cannot analyse is refused;
+//! - **inputs**: the declared inputs' checks ([`super::inputs`]) before anything runs;
+//! - **memory**: each node's output size from tract's shape analysis, evaluated for the
+//!   call's sizes, must fit the instance's memory before ONNX Runtime runs; what a session
+//!   holds (estimated as twice the graph's constants: ONNX Runtime's copy and its
+//!   pre-packed weights) is counted in the model's graph memory, per session;
+//! - **deadline**: the compute's `RunOptions` are terminated at the call's deadline by a
+//!   watching thread ([`super::watch`]); ONNX Runtime stops between two nodes and the
+//!   call traps as a time limit.
+//!
+//! Sessions run one compute at a time (`ort`'s `run` takes `&mut`): each graph keeps a
+//! pool, one session per compute running at once (so at most one per instance), each
+//! single-threaded (intra- and inter-op threads 1, no spinning), like tract.
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Instant;
+
+use ort::environment::Environment;
+use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
+use ort::session::{RunOptions, Session, SessionInputValue};
+use ort::value::{PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, ValueType};
+use tract_onnx::prelude::{Symbol, SymbolValues, TDim};
+
+use super::budget::{self, GraphLimits, GraphMemory, Refusal, Refused};
+use super::host::NnTensor as Tensor;
+use super::inputs::{self, InputSpec, NamedTensor, MAX_DYNAMIC_DIM};
+use super::tract::{analyse, clear_upper_vector_state, read_graph, template_symbols, too_large, Analysed};
+use super::{Computed, RunError};
+use crate::runtime::bindings::nn::tensor::TensorType;
+
+/// The environment variable naming the library (also `--onnxruntime-lib`'s).
+pub const LIBRARY_ENV: &str = "TENSORPLUG_ONNXRUNTIME_LIB";
+
+static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
+
+/// Names the ONNX Runtime library (`libonnxruntime.so.*`) for the process, before the
+/// first graph that needs it loads; the first call wins.
+pub fn set_library(path: PathBuf) {
+    let _ = LIBRARY.set(path);
+}
+
+/// The library named by [`set_library`], else by [`LIBRARY_ENV`].
+fn library() -> Option<PathBuf> {
+    LIBRARY
+        .get()
+        .cloned()
+        .or_else(|| std::env::var_os(LIBRARY_ENV).map(PathBuf::from))
+        .filter(|path| !path.as_os_str().is_empty())
+}
+
+/// ONNX Runtime's environment (one per process), the library loaded on first use.
+pub fn environment() -> Result<&'static Environment, String> {
+    ENVIRONMENT
+        .get_or_init(|| {
+            let path = library().ok_or_else(|| {
+                format!(
+                    "the graph asks for ONNX Runtime (backend = \"onnxruntime\") and no library was given: start tensorplug with --onnxruntime-lib <libonnxruntime.so> (or {LIBRARY_ENV})"
+                )
+            })?;
+            let builder = ort::init_from(&path)
+                .map_err(|e| format!("cannot load ONNX Runtime from {}: {e}", path.display()))?;
+            builder
+                .with_name("tensorplug")
+                .with_telemetry(false)
+                .build()
+                .map_err(|e| format!("cannot start ONNX Runtime from {}: {e}", path.display()))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// A graph run by ONNX Runtime.
+pub struct OrtGraph {
+    /// The file, for the sessions made while serving.
+    file: Vec<u8>,
+    inputs: Vec<InputSpec>,
+    outputs: Vec<String>,
+    /// Where each symbolic input dimension is, and its symbol in `guards`.
+    symbolic: Vec<(usize, usize)>,
+    symbols: Vec<Symbol>,
+    /// The nodes whose outputs could pass an instance's memory: their name and size.
+    guards: Vec<(String, TDim)>,
+    sessions: Mutex<Sessions>,
+    returned: Condvar,
+    /// What one session is counted for.
+    session_bytes: u64,
+    memory: Mutex<Arc<GraphMemory>>,
+}
+
+struct Sessions {
+    idle: Vec<Session>,
+    made: u64,
+}
+
+impl OrtGraph {
+    /// Reads `file` (inside `dir`, at most [`MAX_GRAPH_BYTES`]), analyses it with tract
+    /// within `limits`, and makes its first session; `budget` is what is left of the
+    /// model's graph memory.
+    pub fn load(dir: &Path, file: &Path, limits: &GraphLimits, budget: u64) -> Result<Self, Refused> {
+        let failed = |reason: String| Refused {
+            limit: Refusal::Invalid,
+            reason,
+        };
+        let bytes = read_graph(dir, file)?;
+        let analysed: Analysed = analyse(&bytes, limits, budget)?;
+        let (decluttered, inputs, outputs, symbolic) = (
+            analysed.decluttered,
+            analysed.inputs,
+            analysed.outputs,
+            analysed.symbolic,
+        );
+        let session_bytes = budget::held_bytes(&decluttered).saturating_mul(2);
+        let held = (bytes.len() as u64).saturating_add(session_bytes);
+        if held > budget {
+            return Err(Refused {
+                limit: Refusal::Memory,
+                reason: format!(
+                    "the graph and its ONNX Runtime session hold about {held} bytes; the model's graphs may hold at most {budget} bytes (limits.graph_memory_mib)"
+                ),
+            });
+        }
+        let guards = budget::value_guards(&decluttered, limits.value_bytes, MAX_DYNAMIC_DIM as i64)?
+            .into_iter()
+            .enumerate()
+            .filter_map(|(node, guard)| Some((decluttered.node(node).name.clone(), guard?)))
+            .collect();
+        let symbols = template_symbols(&decluttered, &symbolic).unwrap_or_default();
+        drop(decluttered);
+        let session = new_session(&bytes).map_err(failed)?;
+        let declared: Vec<&str> = session.outputs().iter().map(|o| o.name()).collect();
+        if declared != outputs.iter().map(String::as_str).collect::<Vec<_>>() {
+            return Err(failed(format!(
+                "ONNX Runtime and tract disagree on the graph's outputs ({declared:?} against {outputs:?})"
+            )));
+        }
+        Ok(OrtGraph {
+            file: bytes,
+            inputs,
+            outputs,
+            symbolic,
+            symbols,
+            guards,
+            sessions: Mutex::new(Sessions {
+                idle: vec![session],
+                made: 1,
+            }),
+            returned: Condvar::new(),
+            session_bytes,
+            memory: Mutex::new(Arc::new(GraphMemory::new(budget - held))),
+        })
+    }
+
+    /// What the graph holds: its file and its sessions (estimated).
+    pub fn bytes(&self) -> u64 {
+        let made = lock(&self.sessions).made;
+        (self.file.len() as u64).saturating_add(self.session_bytes.saturating_mul(made))
+    }
+
+    /// From now on, the sessions made while serving are taken from `memory`, the model's.
+    pub fn share_memory(&self, memory: Arc<GraphMemory>) {
+        *lock(&self.memory) = memory;
+    }
+
+    pub fn describe_inputs(&self) -> String {
+        inputs::describe_all(&self.inputs)
+    }
+
+    /// Runs the graph on `inputs`, as [`super::TractGraph::run`] does.
+    pub fn run(&self, inputs: Vec<NamedTensor>, deadline: Instant, value_bytes: u64) -> Computed {
+        let inputs = inputs::checked(&self.inputs, inputs)?;
+        self.check_values(&inputs, value_bytes)?;
+        let mut session = self.session(deadline)?;
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            compute(&mut session, &inputs, deadline, value_bytes)
+        }));
+        clear_upper_vector_state();
+        self.give_back(session);
+        let named =
+            outcome.map_err(|_| RunError::Failed("the graph failed: ONNX Runtime's binding panicked".into()))??;
+        Ok(self.outputs.iter().cloned().zip(named).collect())
+    }
+
+    /// Refuses a compute where a node's outputs would pass the instance's memory.
+    fn check_values(&self, inputs: &[Tensor], value_bytes: u64) -> Result<(), RunError> {
+        if self.guards.is_empty() {
+            return Ok(());
+        }
+        let mut values = SymbolValues::default();
+        for (symbol, &(input, dim)) in self.symbols.iter().zip(&self.symbolic) {
+            values = values.with(symbol, i64::from(inputs[input].dimensions[dim]));
+        }
+        for (node, bytes) in &self.guards {
+            if let Ok(bytes) = bytes.eval(&values).to_i64() {
+                if bytes as u64 > value_bytes {
+                    return Err(RunError::TooLarge(too_large(node, bytes as u64, value_bytes)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An idle session, a new one if the graph memory has room, else the next one given
+    /// back (until `deadline`).
+    fn session(&self, deadline: Instant) -> Result<Session, RunError> {
+        let mut sessions = lock(&self.sessions);
+        loop {
+            if let Some(session) = sessions.idle.pop() {
+                return Ok(session);
+            }
+            if lock(&self.memory).take(self.session_bytes) {
+                sessions.made += 1;
+                drop(sessions);
+                return new_session(&self.file).map_err(|reason| {
+                    lock(&self.sessions).made -= 1;
+                    lock(&self.memory).give_back(self.session_bytes);
+                    RunError::Failed(format!("the graph failed: {reason}"))
+                });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(RunError::Deadline);
+            }
+            sessions = self
+                .returned
+                .wait_timeout(sessions, deadline - now)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+    }
+
+    fn give_back(&self, session: Session) {
+        lock(&self.sessions).idle.push(session);
+        self.returned.notify_one();
+    }
+}
+
+impl std::fmt::Debug for OrtGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sessions = lock(&self.sessions).made;
+        inputs::debug_graph(f, "OrtGraph", &self.inputs, &self.outputs, self.bytes())?;
+        write!(f, " ({sessions} sessions)")
+    }
+}
+
+/// A session of `model`.
+fn new_session(model: &[u8]) -> Result<Session, String> {
+    single_threaded(environment()?)?
+        .commit_from_memory(model)
+        .map_err(|e| format!("ONNX Runtime cannot load the graph: {e}"))
+}
+
+/// A session builder for how tensorplug runs ONNX Runtime (also what the forward
+/// benchmark compares with): one thread, no spinning, every graph optimisation.
+pub fn single_threaded(environment: &Environment) -> Result<SessionBuilder, String> {
+    let text = |e: ort::Error<_>| format!("ONNX Runtime: {e}");
+    Session::builder(environment)
+        .map_err(|e| format!("ONNX Runtime: {e}"))?
+        .with_intra_threads(1)
+        .map_err(text)?
+        .with_inter_threads(1)
+        .map_err(text)?
+        .with_intra_op_spinning(false)
+        .map_err(text)?
+        .with_inter_op_spinning(false)
+        .map_err(text)?
+        .with_optimization_level(GraphOptimizationLevel::All)
+        .map_err(text)
+}
+
+fn compute(
+    session: &mut Session,
+    inputs: &[Tensor],
+    deadline: Instant,
+    value_bytes: u64,
+) -> Result<Vec<Tensor>, RunError> {
+    let failed = |e: ort::Error| RunError::Failed(format!("the graph failed: {e}"));
+    let names: Vec<String> = session.inputs().iter().map(|i| i.name().to_string()).collect();
+    let mut values: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(inputs.len());
+    for (name, tensor) in names.into_iter().zip(inputs) {
+        values.push((Cow::Owned(name), to_ort(tensor).map_err(failed)?));
+    }
+    let options = Arc::new(RunOptions::new().map_err(failed)?);
+    if Instant::now() >= deadline {
+        return Err(RunError::Deadline);
+    }
+    let watching = super::watch::watch(deadline, options.clone());
+    let outputs = session.run_with_options(values, &options);
+    drop(watching);
+    let outputs = match outputs {
+        Ok(outputs) => outputs,
+        Err(_) if Instant::now() >= deadline => return Err(RunError::Deadline),
+        Err(e) => return Err(failed(e)),
+    };
+    let mut total: u64 = 0;
+    let mut named = Vec::with_capacity(outputs.len());
+    for (name, value) in &outputs {
+        let tensor = from_ort(name, &value).map_err(RunError::Failed)?;
+        total = total.saturating_add(tensor.data.len() as u64);
+        if total > value_bytes {
+            return Err(RunError::TooLarge(too_large("(all outputs)", total, value_bytes)));
+        }
+        named.push(tensor);
+    }
+    Ok(named)
+}
+
+/// A checked input as ONNX Runtime's tensor (its bytes copied once).
+fn to_ort(tensor: &Tensor) -> ort::Result<SessionInputValue<'static>> {
+    let dims: Vec<i64> = tensor.dimensions.iter().map(|&d| i64::from(d)).collect();
+    let data = &tensor.data;
+    Ok(match tensor.ty {
+        TensorType::Fp32 => typed(dims, data, f32::from_le_bytes)?,
+        TensorType::Fp64 => typed(dims, data, f64::from_le_bytes)?,
+        TensorType::I32 => typed(dims, data, i32::from_le_bytes)?,
+        TensorType::I64 => typed(dims, data, i64::from_le_bytes)?,
+        TensorType::U8 => typed(dims, data, u8::from_le_bytes)?,
+        // tract's analysis refuses graphs with other input types at load.
+        TensorType::Fp16 | TensorType::Bf16 => {
+            return Err(ort::Error::new("FP16 and BF16 inputs are not passed to ONNX Runtime"))
+        }
+    })
+}
+
+fn typed<T: PrimitiveTensorElementType + std::fmt::Debug + Clone + 'static, const N: usize>(
+    dims: Vec<i64>,
+    data: &[u8],
+    from: fn([u8; N]) -> T,
+) -> ort::Result<SessionInputValue<'static>> {
+    let values: Vec<T> = data
+        .chunks_exact(N)
+        .map(|c| {
+            let mut bytes = [0u8; N];
+            bytes.copy_from_slice(c);
+            from(bytes)
+        })
+        .collect();
+    Ok(OrtTensor::from_array((dims, values))?.into())
+}
+
+/// An output as a `wasi:nn` tensor (its bytes copied once).
+fn from_ort(name: &str, value: &ort::value::DynValue) -> Result<Tensor, String> {
+    let unsupported = || format!("output '{name}' has a type wasi:nn cannot pass: {:?}", value.dtype());
+    let ValueType::Tensor { ty, shape, .. } = value.dtype() else {
+        return Err(unsupported());
+    };
+    let dimensions = shape
+        .iter()
+        .map(|&d| u32::try_from(d).map_err(|_| format!("output '{name}': dimension {d} does not fit wasi:nn's u32")))
+        .collect::<Result<Vec<u32>, String>>()?;
+    let (ty, data) = match ty {
+        TensorElementType::Float32 => (TensorType::Fp32, extracted(name, value, f32::to_le_bytes)?),
+        TensorElementType::Float64 => (TensorType::Fp64, extracted(name, value, f64::to_le_bytes)?),
+        TensorElementType::Int32 => (TensorType::I32, extracted(name, value, i32::to_le_bytes)?),
+        TensorElementType::Int64 => (TensorType::I64, extracted(name, value, i64::to_le_bytes)?),
+        TensorElementType::Uint8 => (TensorType::U8, extracted(name, value, u8::to_le_bytes)?),
+        _ => return Err(unsupported()),
+    };
+    Ok(Tensor { dimensions, ty, data })
+}
+
+/// The output's elements as little-endian bytes.
+fn extracted<T: PrimitiveTensorElementType + Copy, const N: usize>(
+    name: &str,
+    value: &ort::value::DynValue,
+    to: fn(T) -> [u8; N],
+) -> Result<Vec<u8>, String> {
+    let (_, values) = value
+        .try_extract_tensor::<T>()
+        .map_err(|e| format!("output '{name}': {e}"))?;
+    let mut bytes = Vec::with_capacity(values.len() * N);
+    for &v in values {
+        bytes.extend_from_slice(&to(v));
+    }
+    Ok(bytes)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The tract backend's tests, for this backend: the same limits, checked the same way.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::nn::onnx;
+    use crate::runtime::nn::test_support::{
+        a_long_compute_stops_at_its_deadline, digits_inputs_are_checked, fp32, later, limits, load_file,
+        values_past_the_instance_are_refused, MIB,
+    };
+
+    /// Whether the library is there (named for the process); see `onnx::onnxruntime_library`.
+    fn onnxruntime() -> bool {
+        match onnx::onnxruntime_library() {
+            Some(path) => {
+                set_library(path);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn load_bytes(bytes: &[u8], limits: GraphLimits) -> Result<OrtGraph, Refused> {
+        load_file(bytes, limits, OrtGraph::load)
+    }
+
+    #[test]
+    fn the_digits_graph_computes_what_tract_does_and_checks_its_inputs_first() {
+        if !onnxruntime() {
+            return;
+        }
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models/digits-onnx");
+        let file = dir.join("digits.onnx");
+        let graph = OrtGraph::load(&dir, &file, &limits(), 256 * MIB).unwrap();
+        let tract = super::super::TractGraph::load(&dir, &file, &limits(), 256 * MIB).unwrap();
+        assert_eq!(graph.describe_inputs(), "'input-0': FP32 [N, 64]");
+        let x: Vec<f32> = (0..3 * 64).map(|i| (i % 17) as f32).collect();
+        let ours = graph
+            .run(vec![("x".into(), fp32(&[3, 64], &x))], later(), 64 * MIB)
+            .unwrap();
+        let theirs = tract
+            .run(vec![("x".into(), fp32(&[3, 64], &x))], later(), 64 * MIB)
+            .unwrap();
+        let names: Vec<&str> = ours.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["probabilities", "label"]);
+        assert_eq!(ours[1].1, theirs[1].1, "the labels");
+        let floats = |t: &Tensor| -> Vec<f32> {
+            t.data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        for (a, b) in floats(&ours[0].1).iter().zip(floats(&theirs[0].1)) {
+            assert!((a - b).abs() < 1e-5, "{a} vs tract's {b}");
+        }
+        digits_inputs_are_checked(&|inputs, deadline, cap| graph.run(inputs, deadline, cap));
+    }
+
+    #[test]
+    fn load_limits_hold_as_for_tract() {
+        if !onnxruntime() {
+            return;
+        }
+        let error = load_bytes(&onnx::constant_of_shape(&[1 << 20, 1 << 20]), limits()).unwrap_err();
+        assert_eq!(error.limit, Refusal::Memory, "{}", error.reason);
+        let error = load_bytes(&onnx::chain(20_000), limits()).unwrap_err();
+        assert_eq!(error.limit, Refusal::Nodes, "{}", error.reason);
+        let error = load_bytes(b"\x08\x07garbage\xff\xff", limits()).unwrap_err();
+        assert!(error.reason.contains("not a valid ONNX graph"), "{}", error.reason);
+        // The session is counted: the weights (4 MiB) twice, and the file.
+        let weights = onnx::matmul_chain(1, 1024, None);
+        assert!(load_bytes(&weights, limits()).unwrap().bytes() >= 12 * MIB);
+        let tight = GraphLimits {
+            memory_bytes: 10 * MIB,
+            ..limits()
+        };
+        let error = load_bytes(&weights, tight).unwrap_err();
+        assert!(error.reason.contains("limits.graph_memory_mib"), "{}", error.reason);
+        // Fixed sizes larger than an instance: refused at load.
+        let error = load_bytes(&onnx::matmul_chain(1, 64, Some(1 << 20)), limits()).unwrap_err();
+        assert_eq!(error.limit, Refusal::ValueSize, "{}", error.reason);
+    }
+
+    #[test]
+    fn a_compute_is_terminated_at_its_deadline() {
+        if !onnxruntime() {
+            return;
+        }
+        let graph = load_bytes(&onnx::matmul_chain(200, 256, Some(256)), limits()).unwrap();
+        a_long_compute_stops_at_its_deadline(&|inputs, deadline, cap| graph.run(inputs, deadline, cap));
+    }
+
+    #[test]
+    fn values_larger_than_the_instance_are_refused_before_they_are_computed() {
+        if !onnxruntime() {
+            return;
+        }
+        let graph = load_bytes(&onnx::widen(65_536), limits()).unwrap();
+        values_past_the_instance_are_refused(&|inputs, deadline, cap| graph.run(inputs, deadline, cap));
+    }
+
+    #[test]
+    fn sessions_are_made_per_concurrent_compute_within_the_graph_memory() {
+        if !onnxruntime() {
+            return;
+        }
+        let graph = Arc::new(load_bytes(&onnx::matmul_chain(40, 256, Some(256)), limits()).unwrap());
+        let one = graph.bytes();
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let graph = graph.clone();
+                std::thread::spawn(move || {
+                    let x = vec![(String::new(), fp32(&[256, 256], &[1.0; 256 * 256]))];
+                    graph.run(x, later(), 64 * MIB).unwrap();
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let made = lock(&graph.sessions).made;
+        assert!((1..=3).contains(&made), "{made}");
+        assert_eq!(graph.bytes(), one + (made - 1) * graph.session_bytes);
+    }
+}
