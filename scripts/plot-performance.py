@@ -401,7 +401,7 @@ def concurrency_chart(
     log_y: bool,
     width: float = 760,
 ) -> Canvas:
-    """One line a server and protocol against concurrency (log2 x)."""
+    """One line a server and protocol against concurrency (log x)."""
     canvas = Canvas(width)
     top = heading(canvas, title, subtitle)
     entries, lines = [], []
@@ -420,7 +420,7 @@ def concurrency_chart(
     lows = [value(point)[1] for points in series.values() for point in points]
     highs = [value(point)[2] for points in series.values() for point in points]
     if log_y:
-        low, high = nice_log_bounds(min(lows), max(highs))
+        low, high = nice_log_bounds(min((v for v in lows if v > 0), default=0.01), max(max(highs), 0.02))
         ticks = log_ticks(low, high)
         y = Scale(low, high, bottom, top, log=True)
     else:
