@@ -15,6 +15,9 @@
 #   BENCH_BASELINE     another tensorplug binary (e.g. the previous release) served beside
 #                      this one and loaded in the same rounds: the cost of a change, as the
 #                      ratio of the two means (default: none)
+#   BENCH_BASELINE_FLOOR  the baseline's own floor (another tensorplug-floor binary), also
+#                      loaded in the same rounds: the ratio before the change, beside the
+#                      ratio after (default: none)
 #   BENCH_OUTPUT       also append every run to this file, one JSON object per line
 #                      (server, protocol, concurrency, round, rps, p50_us, p99_us, errors):
 #                      what scripts/plot-performance.py draws (default: none)
@@ -33,7 +36,7 @@ source scripts/bench-common.sh
 
 bodies="$root/tests/data/digits/test_requests.jsonl"
 ports=()
-for _ in 1 2 3 4 5 6; do ports+=("$(free_port)"); done
+for _ in 1 2 3 4 5 6 7 8; do ports+=("$(free_port)"); done
 "$server" serve examples/models --host 127.0.0.1 --http-port "${ports[0]}" --grpc-port "${ports[1]}" \
     --no-cache --log warn >"$work/server.log" 2>&1 &
 server_pid=$!
@@ -48,7 +51,15 @@ if [[ -n "$baseline" ]]; then
     baseline_pid=$!
     ready_ports+=("${ports[4]}")
 fi
-trap 'kill "$floor_pid" $baseline_pid 2>/dev/null || true; cleanup' EXIT
+baseline_floor="${BENCH_BASELINE_FLOOR:-}"
+baseline_floor_pid=""
+if [[ -n "$baseline_floor" ]]; then
+    "$baseline_floor" examples/models/digits --http-port "${ports[6]}" --grpc-port "${ports[7]}" \
+        >"$work/baseline-floor.log" 2>&1 &
+    baseline_floor_pid=$!
+    ready_ports+=("${ports[6]}")
+fi
+trap 'kill "$floor_pid" $baseline_pid $baseline_floor_pid 2>/dev/null || true; cleanup' EXIT
 for port in "${ready_ports[@]}"; do
     deadline=$((SECONDS + 120))
     until curl -sf -o /dev/null --max-time 2 "http://127.0.0.1:$port/v2/health/ready"; do
@@ -79,8 +90,8 @@ print(round(d["rps"]), d["p50_us"] / 1000, d["p99_us"] / 1000, d["errors"])
 ' "${BENCH_OUTPUT:-}" "$server" "$protocol" "$c" "$round"
 }
 
-echo "| round | protocol | concurrency | tensorplug req/s | floor req/s | tensorplug p50 ms | floor p50 ms | tensorplug p99 ms | floor p99 ms | errors | baseline req/s | baseline p50 ms | baseline p99 ms |"
-echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| round | protocol | concurrency | tensorplug req/s | floor req/s | tensorplug p50 ms | floor p50 ms | tensorplug p99 ms | floor p99 ms | errors | baseline req/s | baseline p50 ms | baseline p99 ms | baseline floor req/s |"
+echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for round in $(seq "$rounds"); do
     for protocol in $protocols; do
         for c in $concurrencies; do
@@ -90,7 +101,11 @@ for round in $(seq "$rounds"); do
             if [[ -n "$baseline" ]]; then
                 read -r b_rps b_p50 b_p99 b_err < <(run baseline "$protocol" "${ports[4]}" "${ports[5]}" "$c" "$round")
             fi
-            echo "| $round | $protocol | $c | $t_rps | $f_rps | $t_p50 | $f_p50 | $t_p99 | $f_p99 | $((t_err + f_err + b_err)) | $b_rps | $b_p50 | $b_p99 |" | tee -a "$work/rows"
+            bf_rps=0 bf_err=0
+            if [[ -n "$baseline_floor" ]]; then
+                read -r bf_rps _ _ bf_err < <(run baseline-floor "$protocol" "${ports[6]}" "${ports[7]}" "$c" "$round")
+            fi
+            echo "| $round | $protocol | $c | $t_rps | $f_rps | $t_p50 | $f_p50 | $t_p99 | $f_p99 | $((t_err + f_err + b_err + bf_err)) | $b_rps | $b_p50 | $b_p99 | $bf_rps |" | tee -a "$work/rows"
         done
     done
 done
@@ -102,14 +117,15 @@ runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     cells = [c.strip() for c in line.strip().strip("|").split("|")]
     runs[(cells[1], cells[2])].append([float(c) for c in cells[3:]])
-print("| protocol | concurrency | tensorplug mean req/s | floor mean req/s | ratio | p50 ms (median of runs) tensorplug / floor | p99 ms tensorplug / floor | baseline mean req/s | tensorplug / baseline | baseline p50 / p99 ms |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| protocol | concurrency | tensorplug mean req/s | floor mean req/s | ratio | p50 ms (median of runs) tensorplug / floor | p99 ms tensorplug / floor | baseline mean req/s | tensorplug / baseline | baseline p50 / p99 ms | baseline / its floor |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for (protocol, c), rows in runs.items():
-    t, f, b = (statistics.mean(r[i] for r in rows) for i in (0, 1, 7))
+    t, f, b, bf = (statistics.mean(r[i] for r in rows) for i in (0, 1, 7, 10))
     t50, f50, t99, f99 = (statistics.median(r[i] for r in rows) for i in (2, 3, 4, 5))
     b50, b99 = (statistics.median(r[i] for r in rows) for i in (8, 9))
     against = f"**{t / b:.3f}**" if b else "-"
     baseline = f"{b50:.3f} / {b99:.3f}" if b else "-"
+    before = f"**{b / bf:.2f}**" if b and bf else "-"
     print(f"| {protocol} | {c} | {t:.0f} | {f:.0f} | **{t / f:.2f}** | {t50:.3f} / {f50:.3f} (**{t50 / f50:.2f}**) "
-          f"| {t99:.3f} / {f99:.3f} (**{t99 / f99:.2f}**) | {b:.0f} | {against} | {baseline} |")
+          f"| {t99:.3f} / {f99:.3f} (**{t99 / f99:.2f}**) | {b:.0f} | {against} | {baseline} | {before} |")
 PY

@@ -3,6 +3,7 @@
 #   sdk/python/tests   under python3, against the bindings componentize-py generates
 #   sdk/js/test        under node --test (the host-free half of the SDK)
 #   sdk/c, sdk/cpp     scripts/test-c-sdk.sh, natively against fakes of the host's imports
+#   scripts/tests      the benchmark figures' plotter, under python3
 # Needs the toolchains of scripts/toolchains.sh (scripts/test.sh installs them first).
 # Exits non-zero if any fails. Works from any directory.
 set -euo pipefail
@@ -33,3 +34,8 @@ printf 'js sdk: %s\n' "$(grep -E '^# (pass|fail)' "$work/js-sdk-tests.log" | tr 
 if [[ -x scripts/test-c-sdk.sh ]]; then
     ./scripts/test-c-sdk.sh
 fi
+
+# The benchmark figures' plotter (scripts/plot-performance.py), with the Python that runs it.
+python3 -m unittest discover -s scripts/tests >"$work/plot-tests.log" 2>&1 ||
+    { cat "$work/plot-tests.log" >&2; fail "scripts/plot-performance.py's tests failed"; }
+printf 'plot-performance: %s\n' "$(grep -E '^Ran ' "$work/plot-tests.log")" >&2

@@ -9,8 +9,8 @@
 #      the SDKs' own unit tests in their languages (scripts/test-sdks.sh);
 #   3. clippy with -D warnings: the plugin workspace for wasm32-wasip2, the root workspace
 #      with all targets (tests, benches, examples);
-#   4. the conformance test's Python virtualenv (scripts/python-env.sh: tritonclient and
-#      kserve from PyPI, cached in the target folder);
+#   4. the tests' Python virtualenv (scripts/python-env.sh: tritonclient, kserve and
+#      onnxruntime from PyPI, cached in the target folder);
 #   5. every test of the root workspace: the host's unit and end-to-end tests (which serve
 #      the plugins over loopback), the guest SDK's and the digits model's unit tests;
 #   6. the container image, built and run with podman (scripts/test-image.sh), and three
@@ -48,7 +48,7 @@ target_dir="$(cargo metadata --format-version 1 --no-deps |
 step "clippy: root workspace"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "python virtualenv for the conformance test (tritonclient, kserve)"
+step "python virtualenv for the tests (tritonclient, kserve, onnxruntime)"
 # Installed before the tests run, so a cold install does not compete with them for the
 # cores; the conformance test calls the same (then instant) script.
 ./scripts/python-env.sh >/dev/null
@@ -57,7 +57,9 @@ step "kubernetes and kserve manifests (offline validation)"
 ./scripts/validate-manifests.sh
 
 step "tests"
-cargo test --workspace --locked "$@"
+# The wasi:nn ONNX Runtime backend's tests find the library in the virtualenv above; here
+# its absence fails them rather than skipping them.
+TENSORPLUG_REQUIRE_ONNXRUNTIME=1 cargo test --workspace --locked "$@"
 
 step "container image (buildah FROM scratch, run with podman: read-only, oracle, SIGTERM)"
 ./scripts/test-image.sh

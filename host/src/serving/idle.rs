@@ -182,8 +182,7 @@ impl IdlePath {
                 &self.stats,
             )
         });
-        self.run_time
-            .record(self.nanos_since_epoch().saturating_sub(started));
+        self.run_time.record(self.nanos_since_epoch().saturating_sub(started));
         instance.replace_at_once(true);
         if instance.is_whole() {
             self.pool.put(instance);
