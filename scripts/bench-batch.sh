@@ -9,8 +9,10 @@
 # connecting (or loading the model, from a warm compile cache) included. Every run's
 # answers are checked: 20,000 lines, all successful (exit status 0).
 #
-# For comparison, `mlserver infer` on the same model and machine class (from the issue):
-# 220–700 lines/s at batch size 1, ~2,100–2,800 lines/s at batch size 32.
+# With BENCH_MLSERVER=1 it then runs `mlserver infer` (MLServer's batch client, pinned in
+# a virtualenv it installs from PyPI into <target>/bench-env/mlserver) and `tensorplug
+# infer` with the same flags against the same server (REST, --workers, --batch-size), both
+# timed by the wall clock from start to exit, and prints the ratio.
 #
 # Works from any directory. Environment:
 #   BENCH_LINES        lines in the input (default 20000)
@@ -21,6 +23,7 @@
 #                      `tensorplug infer` runs each row right after this build's, against
 #                      the same server (or in-process): its lines/s and this / baseline
 #                      in two more columns (the cost of a change, measured in one run)
+#   BENCH_MLSERVER     1: also `mlserver infer` against `tensorplug infer` (default 0)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -105,4 +108,38 @@ for transport in $transports; do
         fi
         echo "$row"
     done
+done
+
+[[ "${BENCH_MLSERVER:-0}" == 1 ]] || exit 0
+
+mlserver_env="$target_dir/bench-env/mlserver"
+if ! "$mlserver_env/bin/mlserver" --version >/dev/null 2>&1; then
+    echo "bench-batch: installing mlserver==1.7.1 into $mlserver_env" >&2
+    python3 -m venv "$mlserver_env"
+    "$mlserver_env/bin/pip" install -q mlserver==1.7.1 >&2
+fi
+
+# Runs a client command to its end and sets `rate` (lines/s by the wall clock) after
+# checking it answered every line in $work/out.jsonl.
+run_timed() {
+    local start end
+    rm -f "$work/out.jsonl"
+    start="$(date +%s.%N)"
+    "$@" >"$work/client.log" 2>&1 || { cat "$work/client.log" >&2; exit 1; }
+    end="$(date +%s.%N)"
+    answered="$(wc -l < "$work/out.jsonl")"
+    [[ "$answered" -eq "$lines" ]] || { echo "bench-batch: $1: $answered answers for $lines lines" >&2; exit 1; }
+    rate="$(python3 -c "print(round($lines / ($end - $start)))")"
+}
+
+echo
+echo "| client (REST, --workers $workers) | batch size | lines | tensorplug infer lines/s | mlserver infer lines/s | ratio |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+for batch in $batch_sizes; do
+    run_timed "$bin" infer -u "127.0.0.1:$http_port" -m digits -i "$input" -o "$work/out.jsonl" \
+        -w "$workers" -s "$batch" -q
+    ours="$rate"
+    run_timed "$mlserver_env/bin/mlserver" infer -u "127.0.0.1:$http_port" -m digits -i "$input" \
+        -o "$work/out.jsonl" -w "$workers" -s "$batch"
+    echo "| both | $batch | $lines | $ours | $rate | **$(python3 -c "print(f'{$ours / max($rate, 1):.1f}')")** |"
 done

@@ -89,7 +89,9 @@ for language in "${languages[@]}"; do
 done
 
 # --- Debian packages ----------------------------------------------------------------------
-installed_version() { dpkg-query -W -f '${Status} ${Version}\n' "$1" 2>/dev/null |
+# Empty when the package is not installed, also when dpkg has never heard of it (dpkg-query
+# then fails, which under pipefail would end this script without a word).
+installed_version() { { dpkg-query -W -f '${Status} ${Version}\n' "$1" 2>/dev/null || true; } |
     sed -n 's/^install ok installed //p'; }
 
 missing=()
