@@ -13,7 +13,9 @@
 # Works from any directory. Environment: BENCH_SECONDS, BENCH_WARMUP, BENCH_ROUNDS,
 # BENCH_CONCURRENCY (here "1 4 16 64") and BENCH_PROTOCOLS (here "rest grpc") as
 # scripts/bench-floor.sh reads them; CRITERION_HOME as criterion reads it;
-# BENCH_FIGURES_OUT, the folder of the SVGs (default docs/performance).
+# BENCH_FIGURES_OUT, the folder of the SVGs (default docs/performance). BENCH_BASELINE and
+# BENCH_BASELINE_FLOOR reach bench-floor.sh too: its table then compares the builds, while
+# the figures draw tensorplug and the floor only.
 set -euo pipefail
 script=bench-figures
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,6 +45,7 @@ cargo bench -p tensorplug --bench forward
 
 python3 scripts/plot-performance.py \
     --floor "$floor_runs" \
+    --servers tensorplug,floor \
     --floor-command "BENCH_CONCURRENCY=\"$concurrencies\" BENCH_PROTOCOLS=\"$protocols\" BENCH_SECONDS=${BENCH_SECONDS:-5} BENCH_ROUNDS=${BENCH_ROUNDS:-3} scripts/bench-floor.sh, release build of $commit" \
     --criterion "$criterion" \
     --criterion-command "cargo bench -p tensorplug --bench forward, $commit" \

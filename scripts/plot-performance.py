@@ -547,8 +547,13 @@ def write(path: Path, canvas: Canvas, title: str, footer_lines: list[str]) -> No
     print(path)
 
 
-def floor_figures(path: Path, out: Path, machine: str, command: str) -> None:
-    series = summarise_floor(read_floor_runs(path))
+def floor_figures(path: Path, out: Path, machine: str, command: str, servers: list[str] | None = None) -> None:
+    runs = read_floor_runs(path)
+    if servers:
+        runs = [run for run in runs if run["server"] in servers]
+        if not runs:
+            raise SystemExit(f"{path}: no runs of {', '.join(servers)}")
+    series = summarise_floor(runs)
     lines = [f"Machine: {machine}", f"Data: {command} — regenerate: {REGENERATE}"]
     for name, title, point, y_label, value, log_y in FLOOR_CHARTS:
         subtitle = (
@@ -596,6 +601,7 @@ def main(argv: list[str] | None = None) -> None:
     arg("--estimate", default="mean", choices=["mean", "median", "slope"], help="criterion's estimate (default: mean; slope, where there is none: mean)")
     arg("--out", type=Path, required=True, help="folder the SVG files are written to")
     arg("--machine", required=True, help="the machine the data came from, printed in every figure's footer")
+    arg("--servers", help="comma-separated servers of the --floor data to draw (default: all; e.g. tensorplug,floor)")
     arg("--floor-command", default="scripts/bench-floor.sh with BENCH_OUTPUT", help="how the --floor data was made")
     forward = "cargo bench -p tensorplug --bench forward"
     arg("--criterion-command", default=forward, help="how the criterion data was made")
@@ -604,7 +610,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("nothing to draw: give --floor, --criterion or both")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.floor is not None:
-        floor_figures(args.floor, args.out, args.machine, args.floor_command)
+        servers = [name for name in (args.servers or "").split(",") if name]
+        floor_figures(args.floor, args.out, args.machine, args.floor_command, servers)
     if args.criterion is not None:
         forward_figures(args.criterion, args.groups, args.estimate, args.out, args.machine, args.criterion_command)
 

@@ -105,6 +105,19 @@ class FloorFigures(unittest.TestCase):
             self.assertIn("Machine: test box", words)
             self.assertTrue(any(w.startswith("Data: scripts/bench-floor.sh") for w in words))
 
+    def test_servers_draws_only_the_servers_named(self):
+        extra = [floor_row("baseline", "rest", c, 1, 1000.0, 500) for c in (1, 4, 16, 64)]
+        with self.jsonl.open("a") as rows:
+            rows.write("".join(json.dumps(row) + "\n" for row in extra))
+        self.draw()
+        self.assertEqual(len(parse(self.folder / "out" / "throughput.svg").findall(f".//{SVG}polyline")), 5)
+        self.draw("--servers", "tensorplug,floor")
+        root = parse(self.folder / "out" / "throughput.svg")
+        self.assertEqual(len(root.findall(f".//{SVG}polyline")), 4)
+        self.assertNotIn("baseline REST", texts(root))
+        with self.assertRaisesRegex(SystemExit, "no runs of nobody"):
+            self.draw("--servers", "nobody")
+
     def test_errors_are_named_in_the_legend(self):
         self.jsonl.write_text(json.dumps(floor_row("tensorplug", "rest", 1, 1, 100.0, 900, errors=7)) + "\n")
         self.draw()

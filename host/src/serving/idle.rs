@@ -46,7 +46,24 @@ use crate::model::tensor::Item;
 use crate::model::StageKind;
 
 /// What a request needs to run on a model's free instance itself.
+pub struct IdleModel {
+    /// The model's idle permits (shared with the batcher).
+    pub idle: Arc<Semaphore>,
+    pub pool: Arc<InstancePool>,
+    pub link: BatcherLink,
+    pub stats: Arc<ModelStats>,
+    /// Whether the model may take lone requests here at all (it does not wait for
+    /// fuller batches).
+    pub enabled: bool,
+    /// The longest a one-item run may take: every stage's call limit.
+    pub longest_run: Duration,
+    /// The model's instances: the path is open only while every one is idle.
+    pub instances: usize,
+}
+
+/// A model's idle path: its [`IdleModel`] and the load signals that open and close it.
 pub struct IdlePath {
+    model: IdleModel,
     /// The model's requests between [`IdlePath::arrive`] and their answer.
     in_flight: AtomicUsize,
     /// The origin of the nanosecond counts below.
@@ -57,18 +74,6 @@ pub struct IdlePath {
     arrival_gap: MovingAverage,
     /// How long a run on this path takes, a moving average in nanoseconds.
     run_time: MovingAverage,
-    /// The model's idle permits (shared with the batcher).
-    idle: Arc<Semaphore>,
-    pool: Arc<InstancePool>,
-    link: BatcherLink,
-    stats: Arc<ModelStats>,
-    /// Whether the model may take lone requests here at all (it does not wait for
-    /// fuller batches).
-    enabled: bool,
-    /// The longest a one-item run may take: every stage's call limit.
-    longest_run: Duration,
-    /// The model's instances: the path is open only while every one is idle.
-    instances: usize,
 }
 
 /// A request of the model, counted in flight until it is dropped (answered or abandoned).
@@ -86,28 +91,14 @@ impl Drop for Arrival<'_> {
 }
 
 impl IdlePath {
-    pub fn new(
-        idle: Arc<Semaphore>,
-        pool: Arc<InstancePool>,
-        link: BatcherLink,
-        stats: Arc<ModelStats>,
-        enabled: bool,
-        longest_run: Duration,
-        instances: usize,
-    ) -> Self {
+    pub fn new(model: IdleModel) -> Self {
         Self {
+            model,
             in_flight: AtomicUsize::new(0),
             epoch: std::time::Instant::now(),
             latest_arrival: AtomicU64::new(0),
             arrival_gap: MovingAverage::new(MovingAverage::CEILING),
             run_time: MovingAverage::new(0),
-            idle,
-            pool,
-            link,
-            stats,
-            enabled,
-            longest_run,
-            instances,
         }
     }
 
@@ -137,11 +128,11 @@ impl IdlePath {
         items: Vec<Item>,
         deadline: Instant,
     ) -> Result<Vec<oneshot::Receiver<ItemOutcome>>, Vec<Item>> {
-        let open = self.enabled
+        let open = self.model.enabled
             && arrival.alone
             && items.len() == 1
-            && self.idle.available_permits() == self.instances
-            && deadline.saturating_duration_since(Instant::now()) >= self.longest_run
+            && self.model.idle.available_permits() == self.model.instances
+            && deadline.saturating_duration_since(Instant::now()) >= self.model.longest_run
             && batcher.is_empty();
         if !open {
             return Err(items);
@@ -149,10 +140,10 @@ impl IdlePath {
         let Some(_slot) = InlineSlots::take() else {
             return Err(items);
         };
-        let Ok(permit) = self.idle.clone().try_acquire_owned() else {
+        let Ok(permit) = self.model.idle.clone().try_acquire_owned() else {
             return Err(items);
         };
-        let Some(mut instance) = self.pool.take() else {
+        let Some(mut instance) = self.model.pool.take() else {
             return Err(items);
         };
         let request = batcher.next_request();
@@ -163,7 +154,7 @@ impl IdlePath {
             .map(|item| {
                 let (reply, receiver) = oneshot::channel();
                 receivers.push(receiver);
-                self.stats.record_queue_wait(Duration::ZERO);
+                self.model.stats.record_queue_wait(Duration::ZERO);
                 JobItem {
                     item,
                     reply,
@@ -178,19 +169,19 @@ impl IdlePath {
             run_job(
                 &mut instance,
                 (items, StageKind::Preprocess, false),
-                &self.link,
-                &self.stats,
+                &self.model.link,
+                &self.model.stats,
             )
         });
         self.run_time.record(self.nanos_since_epoch().saturating_sub(started));
         instance.replace_at_once(true);
         if instance.is_whole() {
-            self.pool.put(instance);
+            self.model.pool.put(instance);
             drop(permit);
         } else {
             // A stage trapped: its replacement (the plugin's `init`, up to its own limit)
             // is built off the request's path, the instance kept from others meanwhile.
-            let (pool, stats) = (self.pool.clone(), self.stats.clone());
+            let (pool, stats) = (self.model.pool.clone(), self.model.stats.clone());
             tokio::task::spawn_blocking(move || {
                 instance.repair(&stats);
                 pool.put(instance);

@@ -8,7 +8,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::batcher::{BatchPolicy, BatcherHandle, SubmitError};
-use super::idle::IdlePath;
+use super::idle::{IdleModel, IdlePath};
 use super::instances::{spawn_workers, Completion, InstancePool};
 use super::stats::{EdgeLabel, ModelStats};
 use crate::model::config::ModelConfig;
@@ -68,15 +68,15 @@ impl Model {
             stats.clone(),
         )
         .map_err(StartError::Threads)?;
-        let idle = IdlePath::new(
-            permits,
+        let idle = IdlePath::new(IdleModel {
+            idle: permits,
             pool,
             link,
-            stats.clone(),
-            policy.max_queue_delay.is_zero(),
-            config.limits.stage_timeout * u32::try_from(config.stages.len()).unwrap_or(u32::MAX),
-            count,
-        );
+            stats: stats.clone(),
+            enabled: policy.max_queue_delay.is_zero(),
+            longest_run: config.limits.stage_timeout * u32::try_from(config.stages.len()).unwrap_or(u32::MAX),
+            instances: count,
+        });
         Ok(Self {
             config,
             stats,
