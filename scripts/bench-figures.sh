@@ -48,6 +48,7 @@ python3 scripts/plot-performance.py \
     --servers tensorplug,floor \
     --floor-command "BENCH_CONCURRENCY=\"$concurrencies\" BENCH_PROTOCOLS=\"$protocols\" BENCH_SECONDS=${BENCH_SECONDS:-5} BENCH_ROUNDS=${BENCH_ROUNDS:-3} scripts/bench-floor.sh, release build of $commit" \
     --criterion "$criterion" \
+    --groups '^(digits|digits_cnn|tiny_resnet)$' \
     --criterion-command "cargo bench -p tensorplug --bench forward, $commit" \
     --out "$out" \
     --machine "$machine"
