@@ -3,8 +3,8 @@
 //!
 //! Batches run on these dedicated threads, never on the async runtime's own: wasmtime's
 //! sync WASI calls block, and a long plugin call must not stall the HTTP edge. (The idle
-//! path, `serving::idle`, runs a lone request's job on the thread that decoded it, handed
-//! off the runtime with `block_in_place`, through the same [`run_job`].)
+//! path, `serving::idle`, runs a lone request's job on the runtime thread that decoded it,
+//! through the same [`run_job`], while another runtime thread stays free for the edge.)
 //!
 //! Parts of a job to re-run after a failed call (see `pipeline::bisect`) go back to the
 //! batcher, which runs them later as jobs of their own, between fresh batches.
@@ -94,9 +94,20 @@ impl Pooled {
     /// Re-creates every stage instance a trap left out, counting it live again.
     pub fn repair(&mut self, stats: &ModelStats) {
         self.pipeline.repair();
-        if !self.whole && self.pipeline.is_whole() {
-            self.whole = true;
+        self.count_whole(stats);
+    }
+
+    /// Brings `whole`, and `instances_live` with it, up to date with the pipeline.
+    fn count_whole(&mut self, stats: &ModelStats) {
+        let whole = self.pipeline.is_whole();
+        if self.whole == whole {
+            return;
+        }
+        self.whole = whole;
+        if whole {
             stats.instances_live.fetch_add(1, Ordering::Relaxed);
+        } else {
+            stats.instances_live.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -284,14 +295,7 @@ pub fn run_job(
     let trapped = pipeline.traps().saturating_sub(traps_before);
     stats.traps.fetch_add(trapped, Ordering::Relaxed);
     stats.replacements.fetch_add(trapped, Ordering::Relaxed);
-    if pooled.whole != pipeline.is_whole() {
-        pooled.whole = pipeline.is_whole();
-        if pooled.whole {
-            stats.instances_live.fetch_add(1, Ordering::Relaxed);
-        } else {
-            stats.instances_live.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
+    pooled.count_whole(stats);
     for resume in run.handed_back {
         let items = resume
             .items

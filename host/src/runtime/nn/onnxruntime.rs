@@ -87,6 +87,9 @@ pub struct OrtGraph {
     file: Vec<u8>,
     inputs: Vec<InputSpec>,
     outputs: Vec<String>,
+    /// The inputs' names as ONNX Runtime's sessions of this file list them (every
+    /// session of one file lists the same), in the order of `inputs`.
+    session_inputs: Vec<String>,
     /// Where each symbolic input dimension is, and its symbol in `guards`.
     symbolic: Vec<(usize, usize)>,
     symbols: Vec<Symbol>,
@@ -139,6 +142,7 @@ impl OrtGraph {
         let symbols = template_symbols(&decluttered, &symbolic).unwrap_or_default();
         drop(decluttered);
         let session = new_session(&bytes).map_err(failed)?;
+        let session_inputs = session.inputs().iter().map(|i| i.name().to_string()).collect();
         let declared: Vec<&str> = session.outputs().iter().map(|o| o.name()).collect();
         if declared != outputs.iter().map(String::as_str).collect::<Vec<_>>() {
             return Err(failed(format!(
@@ -148,6 +152,7 @@ impl OrtGraph {
         Ok(OrtGraph {
             file: bytes,
             inputs,
+            session_inputs,
             outputs,
             symbolic,
             symbols,
@@ -183,7 +188,7 @@ impl OrtGraph {
         self.check_values(&inputs, value_bytes)?;
         let mut session = self.session(deadline)?;
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            compute(&mut session, &inputs, deadline, value_bytes)
+            compute(&mut session, (&self.session_inputs, &inputs), deadline, value_bytes)
         }));
         clear_upper_vector_state();
         self.give_back(session);
@@ -279,17 +284,17 @@ pub fn single_threaded(environment: &Environment) -> Result<SessionBuilder, Stri
         .map_err(text)
 }
 
+/// Runs `session` on `inputs`, named by `names` (the session's own input names).
 fn compute(
     session: &mut Session,
-    inputs: &[Tensor],
+    (names, inputs): (&[String], &[Tensor]),
     deadline: Instant,
     value_bytes: u64,
 ) -> Result<Vec<Tensor>, RunError> {
     let failed = |e: ort::Error| RunError::Failed(format!("the graph failed: {e}"));
-    let names: Vec<String> = session.inputs().iter().map(|i| i.name().to_string()).collect();
     let mut values: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(inputs.len());
-    for (name, tensor) in names.into_iter().zip(inputs) {
-        values.push((Cow::Owned(name), to_ort(tensor).map_err(failed)?));
+    for (name, tensor) in names.iter().zip(inputs) {
+        values.push((Cow::Borrowed(name.as_str()), to_ort(tensor).map_err(failed)?));
     }
     let options = Arc::new(RunOptions::new().map_err(failed)?);
     if Instant::now() >= deadline {
