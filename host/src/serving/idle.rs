@@ -66,14 +66,8 @@ pub struct IdlePath {
     model: IdleModel,
     /// The model's requests between [`IdlePath::arrive`] and their answer.
     in_flight: AtomicUsize,
-    /// The origin of the nanosecond counts below.
-    epoch: std::time::Instant,
-    /// When the model's latest request arrived, in nanoseconds since `epoch`.
-    latest_arrival: AtomicU64,
-    /// The time between the model's requests, a moving average in nanoseconds.
-    arrival_gap: MovingAverage,
-    /// How long a run on this path takes, a moving average in nanoseconds.
-    run_time: MovingAverage,
+    /// Whether the model's requests come further apart than it runs them.
+    pace: Pace,
 }
 
 /// A request of the model, counted in flight until it is dropped (answered or abandoned).
@@ -95,28 +89,18 @@ impl IdlePath {
         Self {
             model,
             in_flight: AtomicUsize::new(0),
-            epoch: std::time::Instant::now(),
-            latest_arrival: AtomicU64::new(0),
-            arrival_gap: MovingAverage::new(MovingAverage::CEILING),
-            run_time: MovingAverage::new(0),
+            pace: Pace::new(),
         }
     }
 
     /// Counts a request of the model in flight, until the returned value is dropped.
     pub fn arrive(&self) -> Arrival<'_> {
         let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
-        let now = self.nanos_since_epoch();
-        let previous = self.latest_arrival.swap(now, Ordering::AcqRel);
-        let gap = self.arrival_gap.record(now.saturating_sub(previous));
-        let quiet = gap >= self.run_time.get();
+        let quiet = self.pace.arrive(self.pace.now());
         Arrival {
             in_flight: &self.in_flight,
             alone: before == 0 && quiet,
         }
-    }
-
-    fn nanos_since_epoch(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Runs `items` now if the path is open to them (see the module's documentation),
@@ -164,7 +148,7 @@ impl IdlePath {
             })
             .collect();
         instance.replace_at_once(false);
-        let started = self.nanos_since_epoch();
+        let started = self.pace.now();
         crate::runtime::on_this_runtime_thread(|| {
             run_job(
                 &mut instance,
@@ -173,7 +157,7 @@ impl IdlePath {
                 &self.model.stats,
             )
         });
-        self.run_time.record(self.nanos_since_epoch().saturating_sub(started));
+        self.pace.ran(self.pace.now().saturating_sub(started));
         instance.replace_at_once(true);
         if instance.is_whole() {
             self.model.pool.put(instance);
@@ -189,6 +173,47 @@ impl IdlePath {
             });
         }
         Ok(receivers)
+    }
+}
+
+/// A model's pace on this path: the time between its requests and the time a run takes,
+/// a moving average of each, in nanoseconds (a load signal the instant state cannot give:
+/// at high concurrency the edge is the bottleneck and the model looks idle at most
+/// instants, yet each lone run is a batch of one).
+struct Pace {
+    /// The origin of the nanosecond counts.
+    epoch: std::time::Instant,
+    /// When the model's latest request arrived.
+    latest_arrival: AtomicU64,
+    arrival_gap: MovingAverage,
+    run_time: MovingAverage,
+}
+
+impl Pace {
+    fn new() -> Self {
+        Self {
+            epoch: std::time::Instant::now(),
+            latest_arrival: AtomicU64::new(0),
+            arrival_gap: MovingAverage::new(MovingAverage::CEILING),
+            run_time: MovingAverage::new(0),
+        }
+    }
+
+    /// Nanoseconds since the epoch.
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Counts a request arriving at `now`; whether requests lately come further apart
+    /// than runs take.
+    fn arrive(&self, now: u64) -> bool {
+        let previous = self.latest_arrival.swap(now, Ordering::AcqRel);
+        self.arrival_gap.record(now.saturating_sub(previous)) >= self.run_time.get()
+    }
+
+    /// Counts a run that took `nanos`.
+    fn ran(&self, nanos: u64) {
+        self.run_time.record(nanos);
     }
 }
 
@@ -249,7 +274,40 @@ impl Drop for InlineSlots {
 
 #[cfg(test)]
 mod tests {
-    use super::MovingAverage;
+    use super::{MovingAverage, Pace};
+
+    #[test]
+    fn requests_faster_than_runs_close_the_path_and_a_pause_reopens_it() {
+        let pace = Pace::new();
+        let mut now = 1_000_000;
+        assert!(pace.arrive(now), "the first request finds the model quiet");
+        // Lone at c = 1: a 20 µs run, the next request 90 µs later.
+        for _ in 0..64 {
+            pace.ran(20_000);
+            now += 90_000;
+            assert!(pace.arrive(now));
+        }
+        // Loaded: requests every 16 µs (each alone at its instant), runs of 20 µs. The
+        // averages take a few dozen requests to cross, then the path stays closed.
+        let mut loaded = |count: usize| {
+            (0..count)
+                .filter(|_| {
+                    pace.ran(20_000);
+                    now += 16_000;
+                    pace.arrive(now)
+                })
+                .count()
+        };
+        let opened = loaded(64);
+        assert!(
+            opened <= 32,
+            "the path stayed open for {opened} of the first 64 loaded requests"
+        );
+        let opened = loaded(256);
+        assert_eq!(opened, 0, "the path opened to {opened} of 256 later loaded requests");
+        // One pause of 10 ms: the next request runs at once again.
+        assert!(pace.arrive(now + 10_000_000));
+    }
 
     #[test]
     fn the_average_follows_its_samples_and_a_long_pause_lifts_it_at_once() {
