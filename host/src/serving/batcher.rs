@@ -25,6 +25,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use super::handoff;
 use super::instances::{keep_wanted, BatcherLink, HandedBack, Job, JobItem};
 use super::stats::ModelStats;
 use crate::model::outcome::{ItemError, ItemOutcome};
@@ -91,7 +92,7 @@ impl BatcherHandle {
         model: Arc<str>,
         policy: BatchPolicy,
         idle: (Arc<Semaphore>, u32),
-        jobs: crossbeam_channel::Sender<Job>,
+        jobs: handoff::Sender<Job>,
         stats: Arc<ModelStats>,
     ) -> (Self, BatcherLink) {
         let (queue, receiver) = mpsc::unbounded_channel();
@@ -225,7 +226,7 @@ async fn run_queue(
     mut queues: Queues,
     policy: BatchPolicy,
     (idle, instances): (Arc<Semaphore>, u32),
-    jobs: crossbeam_channel::Sender<Job>,
+    jobs: handoff::Sender<Job>,
     stats: Arc<ModelStats>,
 ) {
     // Whether a fresh batch was dispatched while parts waited, since a part last ran.
@@ -325,7 +326,7 @@ async fn run_queue(
 fn dispatch_part(
     part: HandedBack,
     instance: OwnedSemaphorePermit,
-    jobs: &crossbeam_channel::Sender<Job>,
+    jobs: &handoff::Sender<Job>,
     stats: &ModelStats,
 ) -> bool {
     let items = keep_wanted(
@@ -396,14 +397,14 @@ mod tests {
 
     struct Harness {
         handle: BatcherHandle,
-        jobs: crossbeam_channel::Receiver<Job>,
+        jobs: handoff::Receiver<Job>,
         stats: Arc<ModelStats>,
         link: BatcherLink,
     }
 
     /// A batcher with `instances` idle instances and the given policy.
     fn batcher(instances: usize, max_batch_size: usize, max_queue_delay: Duration, max_queue_size: usize) -> Harness {
-        let (jobs_tx, jobs) = crossbeam_channel::unbounded();
+        let (jobs_tx, jobs) = super::handoff::queue();
         let stats = Arc::new(ModelStats::default());
         let policy = BatchPolicy {
             max_batch_size,
@@ -445,10 +446,10 @@ mod tests {
 
     /// The next batch handed to the instances, if one comes within `within` (of the
     /// paused clock, which jumps ahead whenever every task is idle).
-    async fn next_job(jobs: &crossbeam_channel::Receiver<Job>, within: Duration) -> Option<Job> {
+    async fn next_job(jobs: &handoff::Receiver<Job>, within: Duration) -> Option<Job> {
         let deadline = Instant::now() + within;
         loop {
-            if let Ok(job) = jobs.try_recv() {
+            if let Some(job) = jobs.try_recv() {
                 return Some(job);
             }
             if Instant::now() >= deadline {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
+use super::handoff;
 use super::stats::ModelStats;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
@@ -189,7 +190,7 @@ impl Completion {
 pub fn spawn_workers(
     model: &str,
     (pool, count): (Arc<InstancePool>, usize),
-    jobs: crossbeam_channel::Receiver<Job>,
+    jobs: handoff::Receiver<Job>,
     link: BatcherLink,
     stats: Arc<ModelStats>,
 ) -> std::io::Result<Completion> {
@@ -213,8 +214,8 @@ pub fn spawn_workers(
     })
 }
 
-fn work(pool: &InstancePool, jobs: crossbeam_channel::Receiver<Job>, link: &BatcherLink, stats: &ModelStats) {
-    while let Ok(Job {
+fn work(pool: &InstancePool, jobs: handoff::Receiver<Job>, link: &BatcherLink, stats: &ModelStats) {
+    while let Some(Job {
         items,
         start,
         rerun,

@@ -4,6 +4,7 @@
 
 mod batcher;
 mod files_metrics;
+mod handoff;
 mod histogram;
 mod idle;
 mod instances;

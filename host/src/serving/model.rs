@@ -49,7 +49,7 @@ impl Model {
             shared,
         } = loaded;
         let stats = Arc::new(ModelStats::new(histograms, edges));
-        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
+        let (jobs_tx, jobs_rx) = super::handoff::queue();
         let policy = BatchPolicy {
             max_batch_size: config.batching.max_batch_size,
             max_queue_delay: config.batching.max_queue_delay,
