@@ -9,6 +9,12 @@ use tensorplug::model::tensor::{DataType, Tensor};
 use tensorplug::model::StageKind;
 use tensorplug::runtime::{ModelShared, Runtime, SandboxLimits, StageTag, StageTemplate};
 
+/// The server's allocator (host/Cargo.toml's `jemalloc` feature), so that what the
+/// benchmarks time allocates as the server does.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }

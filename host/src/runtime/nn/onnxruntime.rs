@@ -103,8 +103,28 @@ pub struct OrtGraph {
 }
 
 struct Sessions {
-    idle: Vec<Session>,
+    idle: Vec<Pooled>,
     made: u64,
+    /// Computes waiting for a session to be given back (woken only when there are some:
+    /// a condition variable's notify is a system call even with nobody waiting).
+    waiting: usize,
+}
+
+/// A session with the run options its computes use (made once: a terminated compute's
+/// are reset before the next).
+struct Pooled {
+    session: Session,
+    options: Arc<RunOptions>,
+}
+
+impl Pooled {
+    fn new(session: Session) -> Result<Self, String> {
+        let options = RunOptions::new().map_err(|e| format!("ONNX Runtime: {e}"))?;
+        Ok(Pooled {
+            session,
+            options: Arc::new(options),
+        })
+    }
 }
 
 impl OrtGraph {
@@ -141,9 +161,9 @@ impl OrtGraph {
             .collect();
         let symbols = template_symbols(&decluttered, &symbolic).unwrap_or_default();
         drop(decluttered);
-        let session = new_session(&bytes).map_err(failed)?;
-        let session_inputs = session.inputs().iter().map(|i| i.name().to_string()).collect();
-        let declared: Vec<&str> = session.outputs().iter().map(|o| o.name()).collect();
+        let session = Pooled::new(new_session(&bytes).map_err(failed)?).map_err(failed)?;
+        let session_inputs = session.session.inputs().iter().map(|i| i.name().to_string()).collect();
+        let declared: Vec<&str> = session.session.outputs().iter().map(|o| o.name()).collect();
         if declared != outputs.iter().map(String::as_str).collect::<Vec<_>>() {
             return Err(failed(format!(
                 "ONNX Runtime and tract disagree on the graph's outputs ({declared:?} against {outputs:?})"
@@ -160,6 +180,7 @@ impl OrtGraph {
             sessions: Mutex::new(Sessions {
                 idle: vec![session],
                 made: 1,
+                waiting: 0,
             }),
             returned: Condvar::new(),
             session_bytes,
@@ -218,7 +239,7 @@ impl OrtGraph {
 
     /// An idle session, a new one if the graph memory has room, else the next one given
     /// back (until `deadline`).
-    fn session(&self, deadline: Instant) -> Result<Session, RunError> {
+    fn session(&self, deadline: Instant) -> Result<Pooled, RunError> {
         let mut sessions = lock(&self.sessions);
         loop {
             if let Some(session) = sessions.idle.pop() {
@@ -227,9 +248,8 @@ impl OrtGraph {
             if lock(&self.memory).take(self.session_bytes) {
                 sessions.made += 1;
                 drop(sessions);
-                return new_session(&self.file).map_err(|reason| {
-                    lock(&self.sessions).made -= 1;
-                    lock(&self.memory).give_back(self.session_bytes);
+                return new_session(&self.file).and_then(Pooled::new).map_err(|reason| {
+                    self.forget_session();
                     RunError::Failed(format!("the graph failed: {reason}"))
                 });
             }
@@ -237,17 +257,39 @@ impl OrtGraph {
             if now >= deadline {
                 return Err(RunError::Deadline);
             }
+            sessions.waiting += 1;
             sessions = self
                 .returned
                 .wait_timeout(sessions, deadline - now)
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .0;
+            sessions.waiting -= 1;
         }
     }
 
-    fn give_back(&self, session: Session) {
-        lock(&self.sessions).idle.push(session);
-        self.returned.notify_one();
+    fn give_back(&self, mut session: Pooled) {
+        // The watch may have terminated the options just after the compute ended.
+        if session.options.unterminate().is_err() {
+            match RunOptions::new() {
+                Ok(options) => session.options = Arc::new(options),
+                Err(_) => return self.forget_session(),
+            }
+        }
+        let mut sessions = lock(&self.sessions);
+        sessions.idle.push(session);
+        if sessions.waiting > 0 {
+            self.returned.notify_one();
+        }
+    }
+
+    /// A session that was counted is gone: its memory is free for another.
+    fn forget_session(&self) {
+        let mut sessions = lock(&self.sessions);
+        sessions.made -= 1;
+        lock(&self.memory).give_back(self.session_bytes);
+        if sessions.waiting > 0 {
+            self.returned.notify_one();
+        }
     }
 }
 
@@ -286,7 +328,7 @@ pub fn single_threaded(environment: &Environment) -> Result<SessionBuilder, Stri
 
 /// Runs `session` on `inputs`, named by `names` (the session's own input names).
 fn compute(
-    session: &mut Session,
+    Pooled { session, options }: &mut Pooled,
     (names, inputs): (&[String], &[Tensor]),
     deadline: Instant,
     value_bytes: u64,
@@ -296,12 +338,11 @@ fn compute(
     for (name, tensor) in names.iter().zip(inputs) {
         values.push((Cow::Borrowed(name.as_str()), to_ort(tensor).map_err(failed)?));
     }
-    let options = Arc::new(RunOptions::new().map_err(failed)?);
     if Instant::now() >= deadline {
         return Err(RunError::Deadline);
     }
     let watching = super::watch::watch(deadline, options.clone());
-    let outputs = session.run_with_options(values, &options);
+    let outputs = session.run_with_options(values, options);
     drop(watching);
     let outputs = match outputs {
         Ok(outputs) => outputs,
@@ -517,5 +558,36 @@ mod tests {
         let made = lock(&graph.sessions).made;
         assert!((1..=3).contains(&made), "{made}");
         assert_eq!(graph.bytes(), one + (made - 1) * graph.session_bytes);
+    }
+
+    #[test]
+    fn computes_beyond_the_sessions_memory_allows_wait_for_one_given_back() {
+        if !onnxruntime() {
+            return;
+        }
+        let bytes = onnx::matmul_chain(40, 256, Some(256));
+        let roomy = load_bytes(&bytes, limits()).unwrap();
+        // Room for the first session and half of a second one.
+        let tight = GraphLimits {
+            memory_bytes: roomy.bytes() + roomy.session_bytes / 2,
+            ..limits()
+        };
+        let graph = Arc::new(load_bytes(&bytes, tight).unwrap());
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let graph = graph.clone();
+                std::thread::spawn(move || {
+                    let x = || vec![(String::new(), fp32(&[256, 256], &[1.0; 256 * 256]))];
+                    for _ in 0..3 {
+                        graph.run(x(), later(), 64 * MIB).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let sessions = lock(&graph.sessions);
+        assert_eq!((sessions.made, sessions.idle.len(), sessions.waiting), (1, 1, 0));
     }
 }
