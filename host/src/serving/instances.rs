@@ -1,5 +1,5 @@
 //! The instance pool: a model version's idle pipeline instances ([`InstancePool`]), and
-//! one thread per instance, all fed from one job channel, that runs the batcher's jobs.
+//! one thread per instance, all fed from one job queue (`super::handoff`), that runs the batcher's jobs.
 //!
 //! Batches run on these dedicated threads, never on the async runtime's own: wasmtime's
 //! sync WASI calls block, and a long plugin call must not stall the HTTP edge. (The idle
@@ -185,7 +185,7 @@ impl Completion {
     }
 }
 
-/// Starts `count` threads (one per instance of `pool`); they exit when the job channel
+/// Starts `count` threads (one per instance of `pool`); they exit when the job queue
 /// closes and is drained.
 pub fn spawn_workers(
     model: &str,
