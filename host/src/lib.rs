@@ -25,6 +25,7 @@ pub mod pipeline;
 pub mod protocol;
 pub mod runtime;
 pub mod serving;
+pub mod sync;
 
 #[cfg(test)]
 mod layers;

@@ -41,7 +41,7 @@ impl Health {
 
     /// The names whose status differs from `now`, recorded as reported.
     fn changes(&self, now: HashMap<String, ServingStatus>) -> Vec<(String, ServingStatus)> {
-        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reported = crate::sync::lock(&self.reported);
         let mut changes = Vec::new();
         for (name, status) in now {
             if reported.get(&name) != Some(&status) {
@@ -83,12 +83,7 @@ impl Health {
 
     /// Every name a status has been reported for.
     fn reported_names(&self) -> Vec<String> {
-        self.reported
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .cloned()
-            .collect()
+        crate::sync::lock(&self.reported).keys().cloned().collect()
     }
 
     /// Marks the server and every model `NOT_SERVING`, then ends every `Watch`.

@@ -29,6 +29,7 @@ use tonic::Status;
 
 use super::edge::{refuse_malformed, rewrite_client_fault, EdgeBounds};
 use super::status::{edge_status, EdgeError};
+use crate::sync::lock;
 
 /// Bytes given to h2 at a time; a smaller data frame passes as it is.
 pub const PIECE: usize = 64 * 1024;
@@ -84,10 +85,6 @@ impl Paced {
         self.held = Some(held);
         self._alive = Some(alive);
     }
-}
-
-fn lock(held: &Mutex<Held>) -> std::sync::MutexGuard<'_, Held> {
-    held.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A copy of the first [`PIECE`] bytes of `data`, which advances past them.

@@ -42,7 +42,7 @@ impl CapturedOutput {
     fn lock(&self) -> MutexGuard<'_, Vec<u8>> {
         // A poisoned lock only means another thread panicked mid-append; the bytes are
         // still a valid Vec, so keep using them.
-        self.buffer.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.buffer)
     }
 
     fn room(&self) -> usize {

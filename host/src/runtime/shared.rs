@@ -137,7 +137,7 @@ impl ModelShared {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, Declared>> {
-        self.metadata.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.metadata)
     }
 }
 

@@ -45,8 +45,7 @@ pub fn queue<T>() -> (Sender<T>, Receiver<T>) {
 
 impl<T> Shared<T> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {
-        // Nothing runs user code under the lock, so a poisoned one is still consistent.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.state)
     }
 }
 
@@ -80,11 +79,7 @@ impl<T> Receiver<T> {
                 return None;
             }
             state.sleeping += 1;
-            state = self
-                .0
-                .ready
-                .wait(state)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            state = crate::sync::wait(&self.0.ready, state);
             state.sleeping -= 1;
         }
     }
@@ -126,14 +121,10 @@ impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
         let mut state = self.0.lock();
         state.receivers -= 1;
-        // What nobody will receive is dropped now, not with the last sender.
-        let dropped = if state.receivers == 0 {
-            std::mem::take(&mut state.queue)
-        } else {
-            VecDeque::new()
-        };
+        // What nobody will receive is dropped now (outside the lock), not with the last sender.
+        let unreceived = (state.receivers == 0).then(|| std::mem::take(&mut state.queue));
         drop(state);
-        drop(dropped);
+        drop(unreceived);
     }
 }
 

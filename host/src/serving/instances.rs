@@ -138,14 +138,11 @@ impl InstancePool {
 
     /// An idle instance (there is one for every idle permit).
     pub fn take(&self) -> Option<Pooled> {
-        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop()
+        crate::sync::lock(&self.idle).pop()
     }
 
     pub fn put(&self, instance: Pooled) {
-        self.idle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(instance);
+        crate::sync::lock(&self.idle).push(instance);
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -77,7 +77,7 @@ impl Activity {
 
     pub(super) fn phase(&self) -> MutexGuard<'_, Phase> {
         // Nothing panics while holding the lock; a poisoned phase is still consistent.
-        self.phase.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.phase)
     }
 
     pub(super) fn bytes_arrived(&self) {

@@ -78,7 +78,7 @@ impl GraphMemory {
     /// it returns what it keeps, and the rest is given back.
     pub fn build<T>(&self, build: impl FnOnce(u64) -> (T, u64)) -> T {
         use std::sync::atomic::Ordering;
-        let _only = self.building.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _only = crate::sync::lock(&self.building);
         let reserved = self.left.swap(0, Ordering::AcqRel);
         let (built, kept) = build(reserved);
         self.left.fetch_add(reserved.saturating_sub(kept), Ordering::AcqRel);
@@ -222,7 +222,7 @@ impl FoldBudget {
     /// Records that node `id` is about to hold `bytes` (replacing what it held before),
     /// or refuses.
     fn take(&self, id: usize, name: &str, bytes: u64) -> TractResult<()> {
-        let mut folded = self.folded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut folded = crate::sync::lock(&self.folded);
         let others: u64 = folded.iter().filter(|(k, _)| **k != id).map(|(_, v)| *v).sum();
         let total = self.base.saturating_add(others).saturating_add(bytes);
         if total > self.budget {

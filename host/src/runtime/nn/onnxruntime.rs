@@ -38,6 +38,7 @@ use super::inputs::{self, InputSpec, NamedTensor, MAX_DYNAMIC_DIM};
 use super::tract::{analyse, clear_upper_vector_state, read_graph, template_symbols, too_large, Analysed};
 use super::{Computed, RunError};
 use crate::runtime::bindings::nn::tensor::TensorType;
+use crate::sync::{lock, wait_timeout};
 
 /// The environment variable naming the library (also `--onnxruntime-lib`'s).
 pub const LIBRARY_ENV: &str = "TENSORPLUG_ONNXRUNTIME_LIB";
@@ -258,11 +259,7 @@ impl OrtGraph {
                 return Err(RunError::Deadline);
             }
             sessions.waiting += 1;
-            sessions = self
-                .returned
-                .wait_timeout(sessions, deadline - now)
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .0;
+            sessions = wait_timeout(&self.returned, sessions, deadline - now);
             sessions.waiting -= 1;
         }
     }
@@ -277,9 +274,7 @@ impl OrtGraph {
         }
         let mut sessions = lock(&self.sessions);
         sessions.idle.push(session);
-        if sessions.waiting > 0 {
-            self.returned.notify_one();
-        }
+        self.wake_a_waiter(&sessions);
     }
 
     /// A session that was counted is gone: its memory is free for another.
@@ -287,6 +282,11 @@ impl OrtGraph {
         let mut sessions = lock(&self.sessions);
         sessions.made -= 1;
         lock(&self.memory).give_back(self.session_bytes);
+        self.wake_a_waiter(&sessions);
+    }
+
+    /// Wakes one compute waiting for a session, if one waits.
+    fn wake_a_waiter(&self, sessions: &Sessions) {
         if sessions.waiting > 0 {
             self.returned.notify_one();
         }
@@ -432,10 +432,6 @@ fn extracted<T: PrimitiveTensorElementType + Copy, const N: usize>(
     Ok(bytes)
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// The tract backend's tests, for this backend: the same limits, checked the same way.
 #[cfg(test)]
 mod tests {
@@ -561,7 +557,7 @@ mod tests {
     }
 
     #[test]
-    fn computes_beyond_the_sessions_memory_allows_wait_for_one_given_back() {
+    fn computes_past_what_the_sessions_memory_allows_wait_for_one_given_back() {
         if !onnxruntime() {
             return;
         }

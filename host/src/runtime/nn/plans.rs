@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use tract_onnx::prelude::{Symbol, SymbolValues, TDim, TVec, TypedModel};
 
 use super::budget::{self, GraphMemory};
+use crate::sync::lock;
 
 /// A runnable plan, shared by every execution context of a graph.
 pub type Runnable = tract_onnx::prelude::TypedSimplePlan<TypedModel>;
@@ -209,8 +210,4 @@ impl Planner {
             held,
         ))
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -8,6 +8,8 @@ use std::time::Instant;
 
 use ort::session::RunOptions;
 
+use crate::sync::{lock, wait, wait_timeout};
+
 struct Watched {
     id: u64,
     deadline: Instant,
@@ -90,21 +92,8 @@ fn run(watch: &Watch) {
         let next = queue.watched.iter().map(|w| w.deadline).min();
         queue.wakes_at = next;
         queue = match next {
-            Some(at) => {
-                watch
-                    .changed
-                    .wait_timeout(queue, at.saturating_duration_since(now))
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .0
-            }
-            None => watch
-                .changed
-                .wait(queue)
-                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            Some(at) => wait_timeout(&watch.changed, queue, at.saturating_duration_since(now)),
+            None => wait(&watch.changed, queue),
         };
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -237,7 +237,7 @@ impl PluginMetrics {
             }
         }
         let labels = check_labels(name, labels).map_err(|m| (Rule::InvalidLabels, m))?;
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = crate::sync::lock(&self.state);
         let state = &mut *state;
         match state.families.get(name) {
             Some(family) if family.kind != update.kind() => {
@@ -316,12 +316,12 @@ impl PluginMetrics {
 
     /// A copy of every family (the labels and the series' values are shared, not copied).
     pub fn families(&self) -> BTreeMap<String, Family> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).families.clone()
+        crate::sync::lock(&self.state).families.clone()
     }
 
     /// Bytes of the page this version's metrics may take (an upper bound of what they do).
     pub fn bytes(&self) -> usize {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).bytes
+        crate::sync::lock(&self.state).bytes
     }
 
     /// Updates refused so far, by rule (the rules that refused none left out).

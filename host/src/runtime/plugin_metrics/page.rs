@@ -105,7 +105,7 @@ impl PluginPage {
     /// Claims the family `name` (without the prefix) of `kind` for one more model
     /// version, or says what it clashes with.
     pub fn claim(&self, name: &str, kind: Kind) -> Result<(), String> {
-        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let mut claims = crate::sync::lock(&self.claims);
         if HOST_FAMILIES.iter().any(|(host, _)| *host == name) {
             return Err(format!("metric '{name}': {PREFIX}{name} is the host's own metric"));
         }
@@ -138,7 +138,7 @@ impl PluginPage {
 
     /// Gives back one model version's claim on `name`.
     pub fn release(&self, name: &str) {
-        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let mut claims = crate::sync::lock(&self.claims);
         let Some((kind, users)) = claims.families.get_mut(name) else {
             return;
         };
