@@ -197,11 +197,10 @@ impl Repository {
 
     /// Holds `name` against other changes until dropped.
     async fn lock_model(&self, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = match self.model_locks.lock() {
-            Ok(mut locks) => locks.entry(name.to_owned()).or_default().clone(),
-            // A panic while holding the map's lock cannot leave it inconsistent.
-            Err(poisoned) => poisoned.into_inner().entry(name.to_owned()).or_default().clone(),
-        };
+        let lock = crate::sync::lock(&self.model_locks)
+            .entry(name.to_owned())
+            .or_default()
+            .clone();
         lock.lock_owned().await
     }
 
