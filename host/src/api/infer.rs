@@ -10,8 +10,9 @@ use std::time::Duration;
 use super::error::ServeError;
 use crate::model::config::ModelConfig;
 use crate::model::outcome::ItemOutcome;
-use crate::model::tensor::Item;
-use crate::protocol::{clip, InferRequest};
+use crate::model::request_parameters::{ParameterScalar, RequestParameter};
+use crate::model::tensor::{Item, Tensor};
+use crate::protocol::{clip, render_parameter, InferRequest, ParameterValue, Parameters};
 use crate::serving::items::{assemble, split_request, Answer, RequestError};
 use crate::serving::{Model, ModelStatus, Repository};
 
@@ -115,9 +116,54 @@ fn prepare(config: &ModelConfig, request: InferRequest) -> Result<(Vec<Item>, Du
         .timeout_us()?
         .map(Duration::from_micros)
         .unwrap_or(config.limits.request_timeout);
-    Ok((split_request(config, request.inputs)?, timeout))
+    let carried = carried_parameters(config, &request.parameters)?;
+    let mut items = split_request(config, request.inputs)?;
+    if !carried.is_empty() {
+        for item in &mut items {
+            item.extend(carried.iter().cloned());
+        }
+    }
+    Ok((items, timeout))
 }
 
+/// The scalar tensors every item of a request carries for the model's
+/// `[request_parameters]`: the request's value, else the declared default.
+fn carried_parameters(config: &ModelConfig, given: &Parameters) -> Result<Vec<Tensor>, RequestError> {
+    let mut tensors = Vec::with_capacity(config.request_parameters.len());
+    for parameter in &config.request_parameters {
+        let tensor = match given.get(&parameter.name) {
+            None | Some(ParameterValue::Null) => parameter.default.as_ref().and_then(|d| parameter.tensor(d)),
+            Some(value) => Some(
+                scalar_of(value)
+                    .and_then(|scalar| parameter.tensor(&scalar))
+                    .ok_or_else(|| wrong(parameter, value))?,
+            ),
+        };
+        tensors.extend(tensor);
+    }
+    Ok(tensors)
+}
+
+fn scalar_of(value: &ParameterValue) -> Option<ParameterScalar> {
+    Some(match value {
+        ParameterValue::Bool(b) => ParameterScalar::Bool(*b),
+        ParameterValue::Number(n) => match n.as_i64() {
+            Some(i) => ParameterScalar::Int(i),
+            None => ParameterScalar::Float(n.as_f64()?),
+        },
+        ParameterValue::String(s) => ParameterScalar::Text(s.clone()),
+        ParameterValue::Null | ParameterValue::Structured => return None,
+    })
+}
+
+fn wrong(parameter: &RequestParameter, value: &ParameterValue) -> RequestError {
+    RequestError::Mismatch(format!(
+        "parameter \"{}\": expected {}, got {}",
+        parameter.name,
+        parameter.expected(),
+        render_parameter(value)
+    ))
+}
 /// The answer of a request of `items` items, from their outcomes.
 async fn assembled(config: &ModelConfig, outcomes: Vec<ItemOutcome>, items: usize) -> Result<Assembled, ServeError> {
     let output_bytes: usize = outcomes

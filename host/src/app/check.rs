@@ -27,7 +27,8 @@ pub fn check_blocking(repository: &Path, runtime: &Runtime) -> std::io::Result<V
     let mut names: Vec<String> = Vec::new();
     for entry in std::fs::read_dir(repository)? {
         let entry = entry?;
-        if entry.file_type()?.is_dir() {
+        // A link to a model folder counts, as `serve` loads one.
+        if entry.path().is_dir() {
             names.push(entry.file_name().to_string_lossy().into_owned());
         }
     }

@@ -118,6 +118,8 @@ fn model_statistics(model: &Model) -> serde_json::Value {
             "timeouts": stats.timeouts,
             "queue_depth": model.queue_depth(),
             "graph_bytes": model.shared.graphs.bytes(),
+            "ragged_elements": stats.ragged_elements,
+            "padding_elements": stats.padding_elements,
         },
     })
 }

@@ -1,4 +1,5 @@
-//! The REST edge: Open Inference Protocol (KServe V2) routes over axum.
+//! The REST edge: Open Inference Protocol (KServe V2) routes over axum, and OpenAI's
+//! embeddings routes for the models that declare them (`openai.rs`).
 //!
 //! Knows nothing of wasmtime: it decodes requests, asks the repository for the model,
 //! hands items to it and encodes what comes back.
@@ -10,6 +11,8 @@ mod health;
 mod infer;
 pub use infer::REST_EDGE;
 pub mod metrics;
+mod openai;
+pub use openai::OPENAI_EDGE;
 mod repository;
 mod response;
 mod scrape;
@@ -58,7 +61,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v2/models/{model}/versions/{version}/ready", get(health::model_ready))
         .route("/v2/repository/index", post(repository::index))
         .route("/v2/repository/models/{model}/load", post(repository::load))
-        .route("/v2/repository/models/{model}/unload", post(repository::unload));
+        .route("/v2/repository/models/{model}/unload", post(repository::unload))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/models/{model}", get(openai::model));
     // After routing, so that requests are counted by their route's template. (A
     // middleware costs a few allocations per request: fine here, not on inference.)
     let others = match &state.metrics {
@@ -68,6 +73,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route(INFER_ROUTE, post(infer::infer))
         .route(INFER_VERSION_ROUTE, post(infer::infer))
+        // OpenAI's embeddings route, counted by its handler like the V2 inference routes.
+        .route(openai::EMBEDDINGS_ROUTE, post(openai::embeddings))
         .merge(others)
         .fallback(health::no_route)
         // Failed items are logged where they fail, with their reason; the layer's own

@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::openai::{self, OpenAiEmbeddings, RawOpenAi};
+use super::padding::Padding;
+use super::request_parameters::{self, RawRequestParameter, RequestParameter};
 use super::StageKind;
 use crate::model::tensor::DataType;
 
@@ -100,9 +103,15 @@ pub struct ModelConfig {
     pub inputs: Vec<TensorSpec>,
     pub outputs: Vec<TensorSpec>,
     pub batching: Batching,
+    /// `[batching.pad]`: predict's ragged inputs, padded per sub-batch.
+    pub padding: Padding,
     pub limits: Limits,
     /// `[parameters]` as text, handed to every stage's `init`.
     pub parameters: Vec<(String, String)>,
+    /// `[request_parameters]`: the request parameters every item carries as a tensor.
+    pub request_parameters: Vec<RequestParameter>,
+    /// `[openai.embeddings]`: served on `POST /v1/embeddings` too.
+    pub openai_embeddings: Option<OpenAiEmbeddings>,
     /// `[graphs]`: the ONNX graphs plugins load by name through `wasi:nn`. The paths are
     /// plain relative paths without `..`; that they stay inside the folder once symlinks
     /// are resolved is checked when they are read (see [`graph_path_inside`]).
@@ -179,6 +188,9 @@ struct RawModel {
     parameters: BTreeMap<String, toml::Value>,
     #[serde(default)]
     graphs: BTreeMap<String, RawGraph>,
+    #[serde(default)]
+    request_parameters: BTreeMap<String, RawRequestParameter>,
+    openai: Option<RawOpenAi>,
 }
 
 #[derive(Deserialize)]
@@ -219,6 +231,9 @@ struct RawBatching {
     max_queue_delay_us: u64,
     #[serde(default = "default_queue_size")]
     max_queue_size: usize,
+    #[serde(default)]
+    pad: BTreeMap<String, toml::Value>,
+    max_padding: Option<f64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -402,7 +417,7 @@ impl ModelConfig {
             },
         };
 
-        let (batches, batching) = match raw.batching {
+        let (batches, batching, padding) = match raw.batching {
             None => (
                 false,
                 Batching {
@@ -410,6 +425,7 @@ impl ModelConfig {
                     max_queue_delay: Duration::ZERO,
                     max_queue_size: default_queue_size(),
                 },
+                Padding::default(),
             ),
             Some(b) => {
                 if !(1..=4096).contains(&b.max_batch_size) {
@@ -437,10 +453,14 @@ impl ModelConfig {
                         max_queue_delay: Duration::from_micros(b.max_queue_delay_us),
                         max_queue_size: b.max_queue_size,
                     },
+                    Padding::parse(b.pad, b.max_padding)?,
                 )
             }
         };
 
+        let input_names: Vec<&str> = inputs.iter().map(|s| s.name.as_str()).collect();
+        let request_parameters = request_parameters::parse(raw.request_parameters, &input_names)?;
+        let openai_embeddings = openai::parse(raw.openai, (&inputs, &outputs), batches)?;
         let parameters = raw
             .parameters
             .into_iter()
@@ -491,8 +511,11 @@ impl ModelConfig {
             inputs,
             outputs,
             batching,
+            padding,
             limits,
             parameters,
+            request_parameters,
+            openai_embeddings,
             graphs,
         })
     }
@@ -788,6 +811,27 @@ mode = "fast"
         let err = parsed(r#"g = { file = "../g.onnx", backend = "onnxruntime" }"#).unwrap_err();
         assert!(err.contains("key `graphs.g`"), "{err}");
         assert!(parsed(r#"g = { file = "g.onnx", threads = 4 }"#).is_err());
+    }
+
+    #[test]
+    fn ragged_inputs_are_declared_under_batching() {
+        let c = ModelConfig::parse(Path::new("/m/digits"), DIGITS).unwrap();
+        assert!(c.padding.is_empty());
+        let ragged = DIGITS.replace(
+            "max_batch_size = 32",
+            "max_batch_size = 32\nmax_padding = 0.1\npad = { input_ids = 0, mask = false }",
+        );
+        let c = ModelConfig::parse(Path::new("/m/digits"), &ragged).unwrap();
+        assert_eq!(c.padding.max_padding, 0.1);
+        assert_eq!(
+            c.padding.pads,
+            vec![
+                ("input_ids".to_string(), crate::model::padding::PadValue::Int(0)),
+                ("mask".to_string(), crate::model::padding::PadValue::Bool(false)),
+            ]
+        );
+        let err = ModelConfig::parse(Path::new("/m/digits"), &ragged.replace("0.1", "2.0")).unwrap_err();
+        assert!(err.contains("batching.max_padding"), "{err}");
     }
 
     #[test]

@@ -263,6 +263,107 @@ impl Tensor {
     }
 }
 
+impl Tensor {
+    /// Stacks same-named, same-typed tensors of one rank along a new leading dimension,
+    /// each padded with `pad` (one element's bytes) to the largest size along every axis.
+    /// Also returns how many elements are padding.
+    pub fn stack_padded(parts: &[&Tensor], pad: &[u8]) -> Result<(Tensor, u64), TensorError> {
+        let Some(first) = parts.first() else {
+            return Err(TensorError::Unstackable {
+                name: String::new(),
+                what: "count (no items)",
+            });
+        };
+        let unstackable = |what| TensorError::Unstackable {
+            name: first.name.clone(),
+            what,
+        };
+        let Some(size) = first.datatype.element_size() else {
+            return Err(unstackable("datatype (BYTES cannot be padded)"));
+        };
+        if pad.len() != size {
+            return Err(unstackable("pad value size"));
+        }
+        let mut largest = first.shape.clone();
+        for part in parts {
+            if part.name != first.name {
+                return Err(unstackable("name"));
+            }
+            if part.datatype != first.datatype {
+                return Err(unstackable("datatype"));
+            }
+            if part.shape.len() != largest.len() {
+                return Err(unstackable("rank"));
+            }
+            for (l, &d) in largest.iter_mut().zip(&part.shape) {
+                *l = (*l).max(d);
+            }
+        }
+        let per_row = element_count(&largest).ok_or_else(|| TensorError::ShapeOverflow {
+            name: first.name.clone(),
+            shape: largest.clone(),
+        })? as usize;
+        let mut data = pad.repeat(per_row * parts.len());
+        let mut real = 0u64;
+        for (row, part) in parts.iter().enumerate() {
+            real += part.element_count();
+            copy_into_padded(
+                &part.data,
+                &part.shape,
+                &largest,
+                size,
+                &mut data[row * per_row * size..],
+            );
+        }
+        let mut shape = Vec::with_capacity(largest.len() + 1);
+        shape.push(parts.len() as u64);
+        shape.extend_from_slice(&largest);
+        let padding = (per_row * parts.len()) as u64 - real;
+        Ok((
+            Tensor {
+                name: first.name.clone(),
+                datatype: first.datatype,
+                shape,
+                data,
+            },
+            padding,
+        ))
+    }
+}
+
+/// Copies a row-major block of `shape` into the start of a row-major block of `padded`
+/// (at least as large along every axis), element by element runs of the last axis.
+fn copy_into_padded(data: &[u8], shape: &[u64], padded: &[u64], size: usize, out: &mut [u8]) {
+    let Some((&last, outer)) = shape.split_last() else {
+        out[..data.len()].copy_from_slice(data);
+        return;
+    };
+    let run = last as usize * size;
+    if run == 0 || data.is_empty() {
+        return;
+    }
+    // Strides of the padded block, in bytes, for every axis but the last.
+    let mut strides = vec![0usize; outer.len()];
+    let mut stride = *padded.last().unwrap_or(&0) as usize * size;
+    for axis in (0..outer.len()).rev() {
+        strides[axis] = stride;
+        stride *= padded[axis] as usize;
+    }
+    let mut index = vec![0u64; outer.len()];
+    for chunk in data.chunks_exact(run) {
+        let at: usize = index.iter().zip(&strides).map(|(&i, &s)| i as usize * s).sum();
+        out[at..at + run].copy_from_slice(chunk);
+        // The next outer index, last axis fastest.
+        for axis in (0..outer.len()).rev() {
+            index[axis] += 1;
+            if index[axis] < outer[axis] {
+                break;
+            }
+            index[axis] = 0;
+        }
+    }
+}
+
 /// Byte offsets of the elements of BYTES data: `offsets[i]..offsets[i + 1]` spans element
 /// `i` including its 4-byte length prefix; the last offset is `data.len()`.
 pub fn bytes_element_offsets(data: &[u8]) -> Result<Vec<usize>, String> {
@@ -378,6 +479,51 @@ mod tests {
             ..t
         };
         assert!(truncated.validate().is_err());
+    }
+
+    #[test]
+    fn stack_padded_pads_every_axis_and_counts_the_padding() {
+        let a = fp32("x", &[2, 1], &[1.0, 2.0]);
+        let b = fp32("x", &[1, 3], &[3.0, 4.0, 5.0]);
+        let (t, padding) = Tensor::stack_padded(&[&a, &b], &(-1f32).to_le_bytes()).unwrap();
+        assert_eq!(t.shape, vec![2, 2, 3]);
+        assert_eq!(padding, 12 - 5);
+        assert_eq!(
+            t,
+            fp32(
+                "x",
+                &[2, 2, 3],
+                &[1.0, -1.0, -1.0, 2.0, -1.0, -1.0, 3.0, 4.0, 5.0, -1.0, -1.0, -1.0]
+            )
+        );
+        // Equal shapes: exactly what stack gives.
+        let (same, none) = Tensor::stack_padded(&[&a, &a], &[0; 4]).unwrap();
+        assert_eq!((same, none), (Tensor::stack([&a, &a].into_iter()).unwrap(), 0));
+        // An empty item is all padding; a scalar is copied as it is.
+        let empty = fp32("x", &[0, 3], &[]);
+        let (t, padding) = Tensor::stack_padded(&[&empty, &b], &[0; 4]).unwrap();
+        assert_eq!((t.shape.clone(), padding), (vec![2, 1, 3], 3));
+        let s = fp32("x", &[], &[7.0]);
+        assert_eq!(Tensor::stack_padded(&[&s, &s], &[0; 4]).unwrap().0.data.len(), 8);
+        let refused = |parts: &[&Tensor], pad: &[u8]| Tensor::stack_padded(parts, pad).unwrap_err();
+        assert!(matches!(
+            refused(&[&a, &s], &[0; 4]),
+            TensorError::Unstackable { what: "rank", .. }
+        ));
+        assert!(matches!(
+            refused(&[&a], &[0; 2]),
+            TensorError::Unstackable {
+                what: "pad value size",
+                ..
+            }
+        ));
+        let text = Tensor {
+            name: "s".into(),
+            datatype: DataType::Bytes,
+            shape: vec![0],
+            data: vec![],
+        };
+        assert!(matches!(refused(&[&text], &[]), TensorError::Unstackable { .. }));
     }
 
     #[test]

@@ -88,6 +88,7 @@ impl LoadedModel {
             })?,
             postprocess,
             outputs: config.outputs.clone(),
+            padding: config.padding.clone(),
         });
         let instances = (0..config.limits.instances)
             .map(|_| template.instantiate())

@@ -20,7 +20,9 @@
 //!   and failure indices are all checked; violations are answered as 500 naming the
 //!   stage and the violation.
 //!
-//! Items whose per-item shapes differ are sent to predict in separate sub-batches.
+//! Items whose per-item shapes differ are sent to predict in separate sub-batches, but for
+//! the model's ragged tensors (`[batching.pad]`): those are padded to their sub-batch's
+//! largest, the items split into length buckets so that padding stays within the bound.
 //!
 //! Layout: `load` (a model folder to runnable instances), `bisect` (the algorithm, over any [`bisect::Stage`]), `slot` (a stage's live
 //! instance), `predict` (sub-batches, stacking, splitting), `contract` (the checks).
@@ -40,10 +42,12 @@ use std::time::{Duration, Instant};
 use bisect::{run_bisected, Deferred, Indexed};
 use contract::map_items;
 use predict::run_predict;
+pub use predict::PaddingCount;
 use slot::Slot;
 
 use crate::model::config::TensorSpec;
 use crate::model::outcome::{ItemError, ItemOutcome};
+use crate::model::padding::Padding;
 use crate::model::tensor::Item;
 use crate::model::StageKind;
 use crate::runtime::{RuntimeError, StageInstance, StageTemplate};
@@ -55,6 +59,8 @@ pub struct PipelineTemplate {
     pub postprocess: Option<Arc<StageTemplate>>,
     /// The declared outputs every final item is checked against.
     pub outputs: Vec<TensorSpec>,
+    /// Predict's ragged inputs, padded per sub-batch.
+    pub padding: Padding,
 }
 
 impl PipelineTemplate {
@@ -67,6 +73,7 @@ impl PipelineTemplate {
             postprocess: self.postprocess.as_ref().map(slot).transpose()?,
             template: self.clone(),
             last_run: Vec::new(),
+            last_padding: PaddingCount::default(),
         })
     }
 }
@@ -79,12 +86,19 @@ pub struct PipelineInstance {
     postprocess: Option<Slot>,
     /// How long each stage took in the last run (replacements and bisection included).
     last_run: Vec<(StageKind, Duration)>,
+    /// What the last run's predict calls held of ragged tensors.
+    last_padding: PaddingCount,
 }
 
 impl PipelineInstance {
     /// The time each stage that ran took in the last [`Self::run`].
     pub fn stage_times(&self) -> &[(StageKind, Duration)] {
         &self.last_run
+    }
+
+    /// What the predict calls of the last [`Self::run`] held of ragged tensors.
+    pub fn padding(&self) -> PaddingCount {
+        self.last_padding
     }
 
     /// Traps seen by this instance's stages so far.
@@ -142,6 +156,7 @@ impl PipelineInstance {
     /// fresh work waits.
     pub fn run_from(&mut self, start: StageKind, items: Vec<Item>, audience: &dyn Audience) -> Run {
         self.last_run.clear();
+        self.last_padding = PaddingCount::default();
         let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; items.len()];
         let mut alive: Vec<Indexed> = items.into_iter().enumerate().collect();
         let mut handed_back = Vec::new();
@@ -165,10 +180,15 @@ impl PipelineInstance {
         let predict_declared = if last_is_predict { declared } else { &[] };
         if !alive.is_empty() && start != StageKind::Postprocess {
             let started = Instant::now();
-            alive = settle(
-                &mut outcomes,
-                run_predict(&mut self.predict, alive, audience, predict_declared, &mut deferred),
+            let (predicted, padding) = run_predict(
+                &mut self.predict,
+                alive,
+                audience,
+                (predict_declared, &self.template.padding),
+                &mut deferred,
             );
+            self.last_padding = padding;
+            alive = settle(&mut outcomes, predicted);
             hand_back(StageKind::Predict, &mut deferred);
             times.push((StageKind::Predict, started.elapsed()));
         }

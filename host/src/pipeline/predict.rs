@@ -1,37 +1,54 @@
-//! The predict stage: items grouped into sub-batches of one shape, stacked, called,
-//! checked, and split back per item.
+//! The predict stage: items grouped into sub-batches predict can take, stacked (ragged
+//! tensors padded, [`crate::model::padding`]), called, checked, and split back per item.
 
 use super::bisect::{run_bisected, Audience, CallFailure, Deferred, Indexed};
 use super::contract::{check_declared, check_names};
 use super::slot::Slot;
 use crate::model::config::TensorSpec;
 use crate::model::outcome::{ItemError, ItemOutcome};
-use crate::model::tensor::{Item, Tensor};
+use std::cell::Cell;
+
+use crate::model::padding::{buckets, PadValue, Padding};
+use crate::model::tensor::{DataType, Item, Tensor};
 use crate::runtime::{Prediction, StageInstance};
 
-/// Groups items by their per-item shapes and runs each group through predict.
+/// Elements of ragged tensors handed to predict: the items' own and the padding added.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaddingCount {
+    pub ragged: u64,
+    pub padding: u64,
+}
+
+/// Groups items into sub-batches (one shape each; ragged tensors by length buckets) and
+/// runs each through predict; also what the calls' ragged tensors held.
 pub(crate) fn run_predict(
     slot: &mut Slot,
     items: Vec<Indexed>,
     audience: &dyn Audience,
-    declared: &[TensorSpec],
+    (declared, padding): (&[TensorSpec], &Padding),
     deferred: &mut Deferred,
-) -> Vec<(usize, ItemOutcome)> {
-    let call = |instance: &mut StageInstance, items: &mut [Indexed]| predict_batch(instance, items, declared);
-    group_by_shape(items)
+) -> (Vec<(usize, ItemOutcome)>, PaddingCount) {
+    let counted = Cell::new(PaddingCount::default());
+    let call = |instance: &mut StageInstance, items: &mut [Indexed]| {
+        predict_batch(instance, items, (declared, padding), &counted)
+    };
+    let outcomes = group_by_shape(items, padding)
         .into_iter()
+        .flat_map(|group| bucketed(group, padding))
         .flat_map(|group| run_bisected(slot, group, audience, &call, deferred))
-        .collect()
+        .collect();
+    (outcomes, counted.get())
 }
 
 /// Splits items into groups whose tensors agree in names, datatypes and shapes (the
-/// sub-batches predict can take), keeping first-seen order.
-fn group_by_shape(items: Vec<Indexed>) -> Vec<Vec<Indexed>> {
+/// sub-batches predict can take; a ragged tensor's shape only in its rank), keeping
+/// first-seen order.
+fn group_by_shape(items: Vec<Indexed>, padding: &Padding) -> Vec<Vec<Indexed>> {
     let mut groups: Vec<Vec<Indexed>> = Vec::new();
     for (index, item) in items {
         let group = groups
             .iter_mut()
-            .find(|group| group.first().is_some_and(|(_, first)| stackable(first, &item)));
+            .find(|group| group.first().is_some_and(|(_, first)| stackable(first, &item, padding)));
         match group {
             Some(members) => members.push((index, item)),
             None => groups.push(vec![(index, item)]),
@@ -40,30 +57,65 @@ fn group_by_shape(items: Vec<Indexed>) -> Vec<Vec<Indexed>> {
     groups
 }
 
-/// Whether two items' tensors agree in names, datatypes and shapes.
-fn stackable(a: &Item, b: &Item) -> bool {
+/// Whether two items' tensors agree in names, datatypes and shapes (ragged ones: ranks).
+fn stackable(a: &Item, b: &Item, padding: &Padding) -> bool {
     a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(x, y)| x.name == y.name && x.datatype == y.datatype && x.shape == y.shape)
+        && a.iter().zip(b).all(|(x, y)| {
+            x.name == y.name
+                && x.datatype == y.datatype
+                && if padding.is_ragged(x) {
+                    x.shape.len() == y.shape.len()
+                } else {
+                    x.shape == y.shape
+                }
+        })
+}
+
+/// A group of items with ragged tensors as length buckets within the model's padding
+/// bound; any other group as it is.
+fn bucketed(group: Vec<Indexed>, padding: &Padding) -> Vec<Vec<Indexed>> {
+    let shapes: Vec<Vec<&[u64]>> = group
+        .iter()
+        .map(|(_, item)| {
+            item.iter()
+                .filter(|t| padding.is_ragged(t))
+                .map(|t| t.shape.as_slice())
+                .collect()
+        })
+        .collect();
+    if group.len() < 2 || shapes.first().is_none_or(Vec::is_empty) {
+        return vec![group];
+    }
+    let plan = buckets(&shapes, padding.max_padding);
+    let mut members: Vec<Option<Indexed>> = group.into_iter().map(Some).collect();
+    plan.into_iter()
+        .map(|bucket| bucket.into_iter().filter_map(|p| members[p].take()).collect())
+        .collect()
 }
 
 /// Stacks a group into a batch, calls predict, checks the answer and splits it per item.
 fn predict_batch(
     instance: &mut StageInstance,
     items: &[Indexed],
-    declared: &[TensorSpec],
+    (declared, padding): (&[TensorSpec], &Padding),
+    counted: &Cell<PaddingCount>,
 ) -> Result<Vec<ItemOutcome>, CallFailure> {
     let n = items.len();
     let Some((_, first)) = items.first() else {
         return Ok(Vec::new());
     };
     let mut batch = Vec::with_capacity(first.len());
-    for (position, _) in first.iter().enumerate() {
-        let stacked = Tensor::stack(items.iter().map(|(_, item)| &item[position]))
-            .map_err(|e| CallFailure::All(ItemError::trap(format!("cannot form a batch: {e}"))))?;
+    let mut count = counted.get();
+    for (position, tensor) in first.iter().enumerate() {
+        let pad = padding.pad_value(&tensor.name).map(|pad| (pad, tensor.datatype));
+        let (stacked, added) = stacked(items, position, pad)?;
+        if pad.is_some() {
+            count.padding += added;
+            count.ragged += stacked.element_count() - added;
+        }
         batch.push(stacked);
     }
+    counted.set(count);
     let prediction = match instance.predict(batch).map_err(CallFailure::Trapped)? {
         Ok(prediction) => prediction,
         Err(error) => return Err(CallFailure::All(error)),
@@ -72,6 +124,27 @@ fn predict_batch(
         .map_err(|violation| CallFailure::Violation(format!("predict broke the plugin contract: {violation}")))?;
     check_declared("predict", declared, &results)?;
     Ok(results)
+}
+
+/// The items' tensors at `position` stacked, padded with `pad` when they are ragged; and
+/// how many elements are padding.
+fn stacked(
+    items: &[Indexed],
+    position: usize,
+    pad: Option<(PadValue, DataType)>,
+) -> Result<(Tensor, u64), CallFailure> {
+    let failed = |e: String| CallFailure::All(ItemError::trap(format!("cannot form a batch: {e}")));
+    let parts = items.iter().map(|(_, item)| &item[position]);
+    match pad {
+        None => Tensor::stack(parts).map(|t| (t, 0)).map_err(|e| failed(e.to_string())),
+        Some((value, datatype)) => {
+            let element = value
+                .element(datatype)
+                .map_err(|e| failed(format!("'{}': {e}", items[0].1[position].name)))?;
+            let parts: Vec<&Tensor> = parts.collect();
+            Tensor::stack_padded(&parts, &element).map_err(|e| failed(e.to_string()))
+        }
+    }
 }
 
 /// Splits batched outputs into per-item outputs, applying per-item failures.
@@ -128,7 +201,7 @@ mod tests {
             (3, item(&[3])),
             (4, item(&[2, 2])),
         ];
-        let groups = group_by_shape(items);
+        let groups = group_by_shape(items, &Padding::default());
         let indices: Vec<Vec<usize>> = groups.iter().map(|g| g.iter().map(|(i, _)| *i).collect()).collect();
         assert_eq!(indices, vec![vec![0, 2], vec![1, 4], vec![3]]);
     }

@@ -12,6 +12,7 @@
 //! - [`client`]: the client's side, for `tensorplug infer`: request bodies out
 //!   ([`client::encode_request`]), answer bodies in ([`client::decode_answer`]); and
 //!   [`AnswerHead`], for answers that carry `parameters` and a status in their body.
+//! - [`openai`]: OpenAI's embeddings requests, answers and error objects.
 //! - [`grpc`]: the gRPC wire format: its messages (and client), and their conversions to
 //!   and from the types above, for servers and clients alike.
 //!
@@ -26,6 +27,7 @@ mod error;
 pub mod grpc;
 pub mod limits;
 mod metadata;
+pub mod openai;
 mod parameters;
 mod parse;
 mod parts;
@@ -37,7 +39,7 @@ pub use error::{clip, ProtocolError};
 pub use metadata::{ModelMetadata, ServerMetadata, TensorMetadata};
 pub use parameters::{ParameterValue, Parameters};
 pub use parts::{InputData, InputParts, OutputParts, RequestParts};
-pub use request::{decode_request, InferRequest, RequestedOutput};
+pub use request::{decode_request, render_parameter, InferRequest, RequestedOutput};
 pub use response::{
     encode_error, encode_error_with, encode_multi_status, encode_multi_status_with, encode_response,
     encode_response_with, AnswerHead, EncodedResponse, OutputOptions,

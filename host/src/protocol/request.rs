@@ -221,8 +221,8 @@ fn read_string(raw: &RawValue, limit: usize, at: &str, what: &'static str) -> Re
     Ok(value)
 }
 
-/// Renders a parameter's value for a message.
-fn render_parameter(value: &ParameterValue) -> String {
+/// Renders a parameter's value for a message (a string quoted and clipped).
+pub fn render_parameter(value: &ParameterValue) -> String {
     match value {
         ParameterValue::Null => String::from("null"),
         ParameterValue::Bool(b) => b.to_string(),

@@ -270,7 +270,7 @@ pub fn encode_error_with(head: &AnswerHead<'_>, message: &str) -> Vec<u8> {
 
 /// Serializes a body. Our `Serialize` impls cannot fail (string keys, no custom errors),
 /// but should that ever change the client still gets a well-formed V2 error.
-fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+pub(crate) fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value)
         .unwrap_or_else(|_| br#"{"error":"internal error: response could not be encoded"}"#.to_vec())
 }

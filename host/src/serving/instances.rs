@@ -282,6 +282,7 @@ pub fn run_job(
             }
         }
     };
+    stats.record_padding(pipeline.padding());
     if rerun {
         stats.record_rerun(started.elapsed(), pipeline.stage_times());
     } else {

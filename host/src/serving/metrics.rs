@@ -65,7 +65,7 @@ struct CounterFamily {
     read: fn(&StatsSnapshot) -> u64,
 }
 
-const COUNTERS: [CounterFamily; 8] = [
+const COUNTERS: [CounterFamily; 10] = [
     CounterFamily {
         name: "tensorplug_items_succeeded",
         help: "Items answered with their outputs",
@@ -105,6 +105,16 @@ const COUNTERS: [CounterFamily; 8] = [
         name: "tensorplug_timeouts",
         help: "Items answered 504: a stage's time limit, or the request's deadline",
         read: |s| s.timeouts,
+    },
+    CounterFamily {
+        name: "tensorplug_ragged_elements",
+        help: "Elements of ragged tensors (batching.pad) predict was given: the items' own",
+        read: |s| s.ragged_elements,
+    },
+    CounterFamily {
+        name: "tensorplug_padding_elements",
+        help: "Elements of ragged tensors (batching.pad) predict was given: padding added to stack them",
+        read: |s| s.padding_elements,
     },
 ];
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 use super::histogram::AtomicHistogram;
 
 use crate::model::StageKind;
+use crate::pipeline::PaddingCount;
 
 /// The label an edge passes with every request it answers: under what name its requests
 /// are counted, and how the metrics page names the statuses it answered. Each edge
@@ -109,6 +110,9 @@ pub struct ModelStats {
     pub timeouts: AtomicU64,
     /// Pipeline instances whose every stage is live (replacements included).
     pub instances_live: AtomicU64,
+    /// Elements of ragged tensors predict was given: the items' own, and the padding.
+    pub ragged_elements: AtomicU64,
+    pub padding_elements: AtomicU64,
     /// Items that waited in the queue, and their total wait (Triton's `queue`).
     queue_items: AtomicU64,
     queue_ns: AtomicU64,
@@ -139,6 +143,8 @@ pub struct StatsSnapshot {
     pub items_failed: u64,
     pub timeouts: u64,
     pub instances_live: u64,
+    pub ragged_elements: u64,
+    pub padding_elements: u64,
     pub queue_items: u64,
     pub queue_ns: u64,
     pub compute_ns: u64,
@@ -172,6 +178,8 @@ impl ModelStats {
             items_failed: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
             instances_live: AtomicU64::new(0),
+            ragged_elements: AtomicU64::new(0),
+            padding_elements: AtomicU64::new(0),
             queue_items: AtomicU64::new(0),
             queue_ns: AtomicU64::new(0),
             compute_ns: AtomicU64::new(0),
@@ -200,6 +208,8 @@ impl ModelStats {
             items_failed: read(&self.items_failed),
             timeouts: read(&self.timeouts),
             instances_live: read(&self.instances_live),
+            ragged_elements: read(&self.ragged_elements),
+            padding_elements: read(&self.padding_elements),
             queue_items: read(&self.queue_items),
             queue_ns: read(&self.queue_ns),
             compute_ns: read(&self.compute_ns),
@@ -235,6 +245,14 @@ impl ModelStats {
             for (kind, took) in stages {
                 h.stage[stage_index(*kind)].observe_duration(*took);
             }
+        }
+    }
+
+    /// What a batch's predict calls held of ragged tensors (`[batching.pad]`).
+    pub fn record_padding(&self, count: PaddingCount) {
+        if count != PaddingCount::default() {
+            self.ragged_elements.fetch_add(count.ragged, Ordering::Relaxed);
+            self.padding_elements.fetch_add(count.padding, Ordering::Relaxed);
         }
     }
 

@@ -19,7 +19,11 @@
 //!
 //! Sessions run one compute at a time (`ort`'s `run` takes `&mut`): each graph keeps a
 //! pool, one session per compute running at once (so at most one per instance), each
-//! single-threaded (intra- and inter-op threads 1, no spinning), like tract.
+//! single-threaded (intra- and inter-op threads 1, no spinning), like tract. The weights
+//! are held once per graph however many sessions run it ([`SharedWeights`]): every
+//! session is given the graph's large initializers as values made once
+//! (`AddInitializer`) and one container for their pre-packed forms, so a session adds
+//! its working memory, not another copy of the weights.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -27,10 +31,10 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Instant;
 
 use ort::environment::Environment;
-use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
+use ort::session::builder::{GraphOptimizationLevel, PrepackedWeights, SessionBuilder};
 use ort::session::{RunOptions, Session, SessionInputValue};
-use ort::value::{PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, ValueType};
-use tract_onnx::prelude::{Symbol, SymbolValues, TDim};
+use ort::value::{DynValue, PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, ValueType};
+use tract_onnx::prelude::{Framework, Symbol, SymbolValues, TDim};
 
 use super::budget::{self, GraphLimits, GraphMemory, Refusal, Refused};
 use super::host::NnTensor as Tensor;
@@ -96,6 +100,8 @@ pub struct OrtGraph {
     symbols: Vec<Symbol>,
     /// The nodes whose outputs could pass an instance's memory: their name and size.
     guards: Vec<(String, TDim)>,
+    /// The weights every session shares.
+    weights: SharedWeights,
     sessions: Mutex<Sessions>,
     returned: Condvar,
     /// What one session is counted for.
@@ -137,6 +143,8 @@ impl OrtGraph {
             limit: Refusal::Invalid,
             reason,
         };
+        // The library first: every ONNX Runtime call needs it, the shared weights' too.
+        environment().map_err(failed)?;
         let bytes = read_graph(dir, file)?;
         let analysed: Analysed = analyse(&bytes, limits, budget)?;
         let (decluttered, inputs, outputs, symbolic) = (
@@ -145,8 +153,18 @@ impl OrtGraph {
             analysed.outputs,
             analysed.symbolic,
         );
-        let session_bytes = budget::held_bytes(&decluttered).saturating_mul(2);
-        let held = (bytes.len() as u64).saturating_add(session_bytes);
+        let constants = budget::held_bytes(&decluttered);
+        let weights = SharedWeights::of(&bytes).map_err(failed)?;
+        // What a session holds beyond the shared weights: the graph's other constants
+        // (twice: its copy and their pre-packed form). The shared weights themselves are
+        // counted once, twice over (the values and their pre-packed forms).
+        let session_bytes = constants
+            .saturating_sub(weights.bytes)
+            .saturating_mul(2)
+            .max(SESSION_BYTES_FLOOR);
+        let held = (bytes.len() as u64)
+            .saturating_add(weights.bytes.saturating_mul(2))
+            .saturating_add(session_bytes);
         if held > budget {
             return Err(Refused {
                 limit: Refusal::Memory,
@@ -162,7 +180,7 @@ impl OrtGraph {
             .collect();
         let symbols = template_symbols(&decluttered, &symbolic).unwrap_or_default();
         drop(decluttered);
-        let session = Pooled::new(new_session(&bytes).map_err(failed)?).map_err(failed)?;
+        let session = Pooled::new(new_session(&bytes, &weights).map_err(failed)?).map_err(failed)?;
         let session_inputs = session.session.inputs().iter().map(|i| i.name().to_string()).collect();
         let declared: Vec<&str> = session.session.outputs().iter().map(|o| o.name()).collect();
         if declared != outputs.iter().map(String::as_str).collect::<Vec<_>>() {
@@ -178,6 +196,7 @@ impl OrtGraph {
             symbolic,
             symbols,
             guards,
+            weights,
             sessions: Mutex::new(Sessions {
                 idle: vec![session],
                 made: 1,
@@ -189,10 +208,13 @@ impl OrtGraph {
         })
     }
 
-    /// What the graph holds: its file and its sessions (estimated).
+    /// What the graph holds: its file, the shared weights and their pre-packed forms, and
+    /// its sessions (estimated).
     pub fn bytes(&self) -> u64 {
         let made = lock(&self.sessions).made;
-        (self.file.len() as u64).saturating_add(self.session_bytes.saturating_mul(made))
+        (self.file.len() as u64)
+            .saturating_add(self.weights.bytes.saturating_mul(2))
+            .saturating_add(self.session_bytes.saturating_mul(made))
     }
 
     /// From now on, the sessions made while serving are taken from `memory`, the model's.
@@ -249,10 +271,12 @@ impl OrtGraph {
             if lock(&self.memory).take(self.session_bytes) {
                 sessions.made += 1;
                 drop(sessions);
-                return new_session(&self.file).and_then(Pooled::new).map_err(|reason| {
-                    self.forget_session();
-                    RunError::Failed(format!("the graph failed: {reason}"))
-                });
+                return new_session(&self.file, &self.weights)
+                    .and_then(Pooled::new)
+                    .map_err(|reason| {
+                        self.forget_session();
+                        RunError::Failed(format!("the graph failed: {reason}"))
+                    });
             }
             let now = Instant::now();
             if now >= deadline {
@@ -301,12 +325,78 @@ impl std::fmt::Debug for OrtGraph {
     }
 }
 
-/// A session of `model`.
-fn new_session(model: &[u8]) -> Result<Session, String> {
-    single_threaded(environment()?)?
+/// A session of `model`, on the graph's shared weights.
+fn new_session(model: &[u8], weights: &SharedWeights) -> Result<Session, String> {
+    let text = |e: ort::Error<_>| format!("ONNX Runtime: {e}");
+    let mut builder = single_threaded(environment()?)?
+        .with_prepacked_weights(&weights.prepacked)
+        .map_err(text)?;
+    for (name, value) in &weights.values {
+        builder = builder.with_initializer(name, value.clone()).map_err(text)?;
+    }
+    builder
         .commit_from_memory(model)
         .map_err(|e| format!("ONNX Runtime cannot load the graph: {e}"))
 }
+
+/// What a session is counted for at least: its graph, kernels and arena beyond the weights.
+const SESSION_BYTES_FLOOR: u64 = 4 << 20;
+
+/// Initializers smaller than this stay in each session's graph: sharing them saves little.
+const SHARED_INITIALIZER_BYTES: usize = 16 << 10;
+
+/// A graph's weights, made once and given to every session of it.
+struct SharedWeights {
+    /// The large FP32 initializers, by name, as ONNX Runtime values.
+    values: Vec<(String, Arc<DynValue>)>,
+    /// Their pre-packed forms (what the kernels re-lay out at a session's start), kept by
+    /// the first session that makes them and taken by the others.
+    prepacked: PrepackedWeights,
+    /// What `values` hold.
+    bytes: u64,
+}
+
+impl SharedWeights {
+    /// The large FP32 initializers of the ONNX graph in `file` (tract's analysis read it
+    /// already, so it is well-formed and within the graph limits).
+    fn of(file: &[u8]) -> Result<Self, String> {
+        let proto = tract_onnx::onnx()
+            .proto_model_for_read(&mut &file[..])
+            .map_err(|e| format!("not a valid ONNX graph: {e:#}"))?;
+        let mut values = Vec::new();
+        let mut bytes = 0u64;
+        for initializer in proto.graph.iter().flat_map(|graph| &graph.initializer) {
+            let floats = match (initializer.data_type, initializer.raw_data.len()) {
+                (FLOAT, len) if len >= SHARED_INITIALIZER_BYTES && len % 4 == 0 => initializer
+                    .raw_data
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect::<Vec<f32>>(),
+                (FLOAT, 0) if initializer.float_data.len() * 4 >= SHARED_INITIALIZER_BYTES => {
+                    initializer.float_data.clone()
+                }
+                _ => continue,
+            };
+            let count: i64 = initializer.dims.iter().product();
+            if count < 0 || count as usize != floats.len() {
+                continue;
+            }
+            bytes += floats.len() as u64 * 4;
+            let value = OrtTensor::from_array((initializer.dims.clone(), floats))
+                .map_err(|e| format!("ONNX Runtime: {e}"))?
+                .into_dyn();
+            values.push((initializer.name.clone(), Arc::new(value)));
+        }
+        Ok(SharedWeights {
+            values,
+            prepacked: PrepackedWeights::new(),
+            bytes,
+        })
+    }
+}
+
+/// ONNX's `TensorProto.DataType.FLOAT`.
+const FLOAT: i32 = 1;
 
 /// A session builder for how tensorplug runs ONNX Runtime (also what the forward
 /// benchmark compares with): one thread, no spinning, every graph optimisation.
