@@ -54,7 +54,7 @@ awk -v n="$lines" '{ line[NR] = $0 } END { for (i = 0; i < n; i++) print line[i 
 
 http_port="$(free_port)"
 grpc_port="$(free_port)"
-"$bin" serve examples/models --host 127.0.0.1 --http-port "$http_port" --grpc-port "$grpc_port" \
+"$bin" serve examples/models --onnxruntime-lib "$onnxruntime_lib" --host 127.0.0.1 --http-port "$http_port" --grpc-port "$grpc_port" \
     --model-control none --log warn --cache-dir "$work/cache" > "$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 600); do

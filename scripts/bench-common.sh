@@ -1,8 +1,13 @@
 # Shared by the benchmark scripts (sourced, not run): builds the plugins and the release
-# binaries, sets `server`, `loadgen`, `floor` and a temporary `work` folder, stops the server whose
+# binaries, makes minilm's graph, sets `server`, `loadgen`, `floor`, `onnxruntime_lib` and a
+# temporary `work` folder, stops the server whose
 # pid is in `server_pid` and removes `work` on exit, and offers `free_port`.
 
 ./scripts/build-plugins.sh >&2
+# The example repository's minilm: its graph, and the ONNX Runtime library it runs on
+# (`--onnxruntime-lib "$onnxruntime_lib"` for a server of examples/models).
+./scripts/minilm.sh >/dev/null
+onnxruntime_lib="$(./scripts/onnxruntime.sh | tail -n 1)"
 cargo build --release -p tensorplug -p tensorplug-loadgen -p tensorplug-floor >&2
 
 # The release binaries are in the workspace's target folder as cargo sees it

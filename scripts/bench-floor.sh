@@ -37,7 +37,7 @@ source scripts/bench-common.sh
 bodies="$root/tests/data/digits/test_requests.jsonl"
 ports=()
 for _ in 1 2 3 4 5 6 7 8; do ports+=("$(free_port)"); done
-"$server" serve examples/models --host 127.0.0.1 --http-port "${ports[0]}" --grpc-port "${ports[1]}" \
+"$server" serve examples/models --onnxruntime-lib "$onnxruntime_lib" --host 127.0.0.1 --http-port "${ports[0]}" --grpc-port "${ports[1]}" \
     --no-cache --log warn >"$work/server.log" 2>&1 &
 server_pid=$!
 "$floor" examples/models/digits --http-port "${ports[2]}" --grpc-port "${ports[3]}" >"$work/floor.log" 2>&1 &
@@ -46,7 +46,7 @@ baseline="${BENCH_BASELINE:-}"
 baseline_pid=""
 ready_ports=("${ports[0]}" "${ports[2]}")
 if [[ -n "$baseline" ]]; then
-    "$baseline" serve examples/models --host 127.0.0.1 --http-port "${ports[4]}" --grpc-port "${ports[5]}" \
+    "$baseline" serve examples/models --onnxruntime-lib "$onnxruntime_lib" --host 127.0.0.1 --http-port "${ports[4]}" --grpc-port "${ports[5]}" \
         --no-cache --log warn >"$work/baseline.log" 2>&1 &
     baseline_pid=$!
     ready_ports+=("${ports[4]}")

@@ -40,6 +40,7 @@ async fn run() -> anyhow::Result<()> {
         }
         Command::Infer(config) => {
             tensorplug::app::telemetry::init_stderr(config.log_filter());
+            config.onnxruntime.apply();
             let code = tensorplug::batch::run(config.options()).await;
             std::process::exit(code);
         }

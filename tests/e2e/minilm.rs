@@ -7,10 +7,9 @@
 //! The graph and `tokenizer.json` are not committed: `scripts/minilm.sh` (run by the test
 //! command) writes them into `examples/models/minilm`.
 
-use std::path::PathBuf;
-
 use serde_json::{json, Value};
 
+use crate::common::minilm::{minilm_folder, minilm_repository};
 use crate::common::{self, TestServer};
 
 /// Sentence-transformers' answer for one text.
@@ -54,44 +53,6 @@ pub fn onnxruntime() {
     let library = common::onnx::onnxruntime_library()
         .expect("minilm needs ONNX Runtime's library: scripts/python-env.sh installs it");
     tensorplug::runtime::nn::set_onnxruntime_library(library);
-}
-
-/// The example model's folder, checked to hold what `scripts/minilm.sh` writes.
-pub fn minilm_folder() -> PathBuf {
-    let folder = common::example_repository().join("minilm");
-    for file in ["minilm.onnx", "tokenizer.json", "preprocess.wasm", "predict.wasm"] {
-        assert!(
-            folder.join(file).is_file(),
-            "{} is missing: run ./scripts/minilm.sh and ./scripts/build-plugins.sh (./scripts/test.sh does both)",
-            folder.join(file).display()
-        );
-    }
-    folder
-}
-
-/// A repository holding `minilm` alone (its files hard-linked, the graph on `backend`), as
-/// model `name`.
-pub fn minilm_repository(name: &str, backend: &str) -> tempfile::TempDir {
-    let source = minilm_folder();
-    let repository = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temporary repository");
-    let folder = repository.path().join(name);
-    std::fs::create_dir(&folder).unwrap();
-    for entry in std::fs::read_dir(&source).unwrap() {
-        let entry = entry.unwrap();
-        let file = entry.file_name();
-        if file == "model.toml" {
-            continue;
-        }
-        if std::fs::hard_link(entry.path(), folder.join(&file)).is_err() {
-            std::fs::copy(entry.path(), folder.join(&file)).unwrap();
-        }
-    }
-    let config = std::fs::read_to_string(source.join("model.toml"))
-        .unwrap()
-        .replace("name = \"minilm\"", &format!("name = \"{name}\""))
-        .replace("backend = \"onnxruntime\"", &format!("backend = \"{backend}\""));
-    std::fs::write(folder.join("model.toml"), config).unwrap();
-    repository
 }
 
 /// A V2 request of texts (JSON BYTES).
@@ -194,6 +155,14 @@ async fn minilm_answers_sentence_transformers_vectors_alone_and_in_ragged_batche
         padding + ragged
     );
     assert!(waste <= 0.25, "padding waste {waste} passes max_padding");
+    // The 90 MB graph's load, timed on /metrics (the load log line says it too).
+    let metrics = common::metrics::scrape(&server).await;
+    let loaded = metrics.value(
+        "tensorplug_graph_load_seconds",
+        &[("model", "minilm"), ("graph", "encoder")],
+    );
+    eprintln!("minilm: graph loaded in {loaded:.2} s");
+    assert!(loaded > 0.0 && loaded < 20.0, "{loaded} s");
     server.stop().await;
 }
 
@@ -431,5 +400,67 @@ async fn openai_and_tritonclient_embed_with_their_own_clients() {
             &[("model", "minilm"), ("protocol", "openai"), ("status", "200")]
         ) >= 4.0
     );
+    server.stop().await;
+}
+
+/// `tensorplug infer` over a JSONL file of sentences (one V2 request of one text a line),
+/// `extra` giving the transport; each answer line's vector against the oracle, in order.
+async fn infer_sentences(extra: &[String], oracle: &[OracleLine]) {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (input, output) = (dir.path().join("sentences.jsonl"), dir.path().join("answers.jsonl"));
+    let lines: String = oracle
+        .iter()
+        .map(|line| format!("{}\n", texts_request(&[line.text.as_str()])))
+        .collect();
+    std::fs::write(&input, lines).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tensorplug"));
+    command
+        .arg("infer")
+        .args(extra)
+        .args(["-m", "minilm", "-s", "16", "-i"])
+        .arg(&input)
+        .arg("-o")
+        .arg(&output)
+        .env_remove("RUST_LOG");
+    let run = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    let answers: Vec<Value> = std::fs::read_to_string(&output)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(answers.len(), oracle.len());
+    for (answer, line) in answers.iter().zip(oracle) {
+        let vector = &embeddings(answer)[0];
+        assert!(cosine(vector, &line.embedding) >= 0.9999, "{extra:?}: {:?}", line.text);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tensorplug_infer_embeds_a_file_of_sentences_in_process_and_over_grpc() {
+    let library = common::onnx::onnxruntime_library().expect("ONNX Runtime's library");
+    onnxruntime();
+    let repository = minilm_repository("minilm", "onnxruntime");
+    let oracle = oracle();
+    let in_process = [
+        "--repository".to_string(),
+        repository.path().display().to_string(),
+        "--onnxruntime-lib".to_string(),
+        library.display().to_string(),
+        "--cache-dir".to_string(),
+        common::compile_cache().display().to_string(),
+    ];
+    infer_sentences(&in_process, &oracle).await;
+    let server = TestServer::start_with_grpc(common::serve_config(repository.path())).await;
+    let grpc = [
+        "-u".to_string(),
+        server.grpc_address().to_string(),
+        "-t".to_string(),
+        "grpc".to_string(),
+    ];
+    infer_sentences(&grpc, &oracle).await;
     server.stop().await;
 }

@@ -193,3 +193,91 @@ async fn a_heavy_compute_answers_at_its_deadline_and_burns_nothing_after() {
     assert!(worst < Duration::from_millis(300 + 150), "a 504 took {worst:?}");
     serves(&server).await;
 }
+
+/// `minilm`'s graph memory as the server counts it (`graph_bytes`).
+async fn graph_bytes(server: &ServerProcess) -> u64 {
+    let stats: serde_json::Value = server
+        .client
+        .get(server.url("/v2/models/minilm/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    stats["model_stats"][0]["tensorplug"]["graph_bytes"].as_u64().unwrap()
+}
+
+/// Sends `rounds` rounds of `at_once` requests of `text` to `minilm`, each answered 200.
+async fn embed_rounds(server: &ServerProcess, text: &str, rounds: usize, at_once: usize) {
+    let body = json!({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": [text]}]});
+    for _ in 0..rounds {
+        let requests: Vec<_> = (0..at_once)
+            .map(|_| {
+                let (client, url, body) = (
+                    server.client.clone(),
+                    server.url("/v2/models/minilm/infer"),
+                    body.clone(),
+                );
+                tokio::spawn(async move { client.post(url).json(&body).send().await.unwrap().status().as_u16() })
+            })
+            .collect();
+        for status in common::join_all(requests).await {
+            assert_eq!(status, 200);
+        }
+    }
+}
+
+/// A 90 MB graph's weights are held once per model version: when four instances compute
+/// at once, each ONNX Runtime session they need beyond the first costs its own work
+/// memory, not another copy of the weights (a session with its own copy and ONNX Runtime's
+/// pre-packed form of it costs ~140 MB before its work memory; measured with the Python
+/// package, whose sessions cannot share pre-packed weights).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minilm_weights_are_held_once_however_many_sessions_compute() {
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
+    let library = onnx::onnxruntime_library().expect("minilm needs ONNX Runtime's library");
+    // Batches of one, all of one length: every session's work memory is the same, so what
+    // the sessions beyond the first add is theirs alone.
+    let repository = common::minilm::minilm_repository_with(
+        "minilm",
+        "onnxruntime",
+        &[
+            ("instances = 2", "instances = 4"),
+            ("max_batch_size = 32", "max_batch_size = 1"),
+        ],
+    );
+    let server = ServerProcess::spawn(
+        repository.path(),
+        &[
+            "--onnxruntime-lib",
+            library.to_str().unwrap(),
+            "--model-control",
+            "none",
+        ],
+    )
+    .await;
+    // Texts of ~70 word pieces: computes long enough for the instances' to overlap (each
+    // overlap needs a session of its own), with little work memory.
+    let text = "Sandboxed plugins share one copy of the weights. ".repeat(8);
+    embed_rounds(&server, &text, 3, 1).await;
+    let (one_session, counted_one) = (server.rss_kib(), graph_bytes(&server).await);
+    embed_rounds(&server, &text, 20, 16).await;
+    let (sessions, counted) = (server.rss_kib(), graph_bytes(&server).await);
+    // Each session beyond the first is counted for the 4 MiB floor: minilm's constants are
+    // all shared but a few kilobytes.
+    let more = (counted - counted_one) / (4 * MIB);
+    let grew_mib = sessions.saturating_sub(one_session) / 1024;
+    eprintln!(
+        "minilm: one session {} MiB resident; with {more} more sessions {} MiB (+{grew_mib} MiB)",
+        one_session / 1024,
+        sessions / 1024
+    );
+    assert!(
+        (1..=3).contains(&more),
+        "{more} more sessions ({counted_one} -> {counted} bytes counted)"
+    );
+    // A session holding its own copy would cost ~170 MB: the weights (85 MB), their
+    // pre-packed form, and its work memory (~76 MB measured here: arena, kernels' scratch).
+    assert!(grew_mib < more * 120, "{more} more sessions cost {grew_mib} MiB");
+}

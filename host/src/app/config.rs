@@ -173,6 +173,10 @@ pub struct InferConfig {
 
     #[command(flatten)]
     pub cache: CacheArgs,
+
+    /// In-process: ONNX Runtime for the model's graphs that ask for it.
+    #[command(flatten)]
+    pub onnxruntime: OnnxRuntimeArgs,
 }
 
 impl InferConfig {

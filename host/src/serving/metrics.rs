@@ -254,6 +254,19 @@ impl Collector for ModelsCollector {
         }
 
         let mut metric = encoder.encode_descriptor(
+            "tensorplug_graph_load_seconds",
+            "How long loading each wasi:nn graph of the version took (read, analysed, planned, its first ONNX Runtime session)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for ((_, model), (labels, _)) in models.iter().zip(&snapshots) {
+            for (graph, took) in model.shared.graphs.load_times() {
+                let extra = [("graph", Escaped(graph.as_str()))];
+                ConstGauge::new(took.as_secs_f64()).encode(metric.encode_family(&(*labels, extra))?)?;
+            }
+        }
+
+        let mut metric = encoder.encode_descriptor(
             "tensorplug_metadata_changes_ignored",
             "Inits that declared other metadata than their stage's first init of this version (ignored: metadata is fixed per version)",
             None,

@@ -298,6 +298,7 @@ impl Repository {
                     instances = model.config.limits.instances,
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     compiled = %compile_summary(&model.shared),
+                    graphs = %graph_summary(&model.shared),
                     "model ready"
                 );
                 let model = Arc::new(model);
@@ -495,6 +496,22 @@ fn compile_summary(shared: &ModelShared) -> String {
         format!("{stage} {:.3} s (cached: {cached})", compiled.took.as_secs_f64())
     });
     each.collect::<Vec<_>>().join(", ")
+}
+
+/// Each graph's load time and what the graphs hold, for the load log (empty without graphs).
+fn graph_summary(shared: &ModelShared) -> String {
+    let times = shared.graphs.load_times();
+    if times.is_empty() {
+        return String::new();
+    }
+    let each = times
+        .iter()
+        .map(|(graph, took)| format!("{graph} {:.3} s", took.as_secs_f64()));
+    format!(
+        "{} ({} bytes held)",
+        each.collect::<Vec<_>>().join(", "),
+        shared.graphs.bytes()
+    )
 }
 
 #[cfg(test)]

@@ -248,6 +248,9 @@ impl Graph {
 #[derive(Debug, Default)]
 pub struct ModelGraphs {
     graphs: HashMap<String, Arc<Graph>>,
+    /// How long each graph took to load (read, analysed, planned or given its first
+    /// session), in load order.
+    load_times: Vec<(String, Duration)>,
 }
 
 /// Longest the loads of one model's graphs may take together (a 10,000-node graph
@@ -269,8 +272,10 @@ impl ModelGraphs {
     ) -> Result<Self, GraphError> {
         let until = Instant::now() + timeout;
         let mut loaded = HashMap::with_capacity(graphs.len());
+        let mut load_times = Vec::with_capacity(graphs.len());
         let memory = Arc::new(GraphMemory::new(limits.memory_bytes));
         for spec in graphs {
+            let started = Instant::now();
             let error = |refused: Refused| {
                 counters::graph_refused(refused.limit);
                 GraphError {
@@ -284,8 +289,17 @@ impl ModelGraphs {
             memory.take(graph.bytes());
             graph.share_memory(memory.clone());
             loaded.insert(spec.name.clone(), Arc::new(graph));
+            load_times.push((spec.name.clone(), started.elapsed()));
         }
-        Ok(Self { graphs: loaded })
+        Ok(Self {
+            graphs: loaded,
+            load_times,
+        })
+    }
+
+    /// How long each graph took to load, in load order.
+    pub fn load_times(&self) -> &[(String, Duration)] {
+        &self.load_times
     }
 
     pub fn is_empty(&self) -> bool {

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The Python virtualenv of the embeddings benchmark (scripts/bench-embeddings.py): ONNX
+# Runtime, torch, sentence-transformers and infinity-emb on the CPU, as
+# scripts/bench-embeddings-requirements.txt pins them, plus the ceiling's own tokenizers
+# (scripts/bench-embeddings-ceiling-requirements.txt, installed apart into
+# <virtualenv>/ceiling-site: see that file for why). Prints the virtualenv's python as its
+# last line of stdout; says nothing else unless it installs (a line on stderr) or fails
+# (what failed, on stderr, and a non-zero exit).
+#
+# Idempotent and cheap when nothing changed: the virtualenv is (re)built only when either
+# requirements file or the Python interpreter changed (a stamp file holds their hash), or
+# when it is missing or broken. PyPI's torch is its CUDA build: a cold install downloads
+# about 3.5 GB and takes 6.2 GB on disk (five to ten minutes on a good link); delete the
+# folder when done. Works from any directory.
+#
+#   TENSORPLUG_BENCH_EMBEDDINGS_ENV  the virtualenv's folder
+#                                    (default: <cargo target dir>/bench-embeddings-env)
+#   PYTHON                           the interpreter to build it with (default: python3;
+#                                    the pins are for CPython 3.11)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+requirements="$root/scripts/bench-embeddings-requirements.txt"
+ceiling_requirements="$root/scripts/bench-embeddings-ceiling-requirements.txt"
+python="${PYTHON:-python3}"
+
+fail() {
+    printf 'bench-embeddings-env: %s\n' "$*" >&2
+    exit 1
+}
+
+command -v "$python" >/dev/null 2>&1 ||
+    fail "'$python' not found: the benchmark needs Python 3.11 with venv and pip (or PYTHON=/path/to/python3)"
+"$python" -c 'import venv, ensurepip' 2>/dev/null ||
+    fail "$python has no venv/ensurepip module (on Debian or Ubuntu: apt-get install python3-venv)"
+
+if [[ -n "${TENSORPLUG_BENCH_EMBEDDINGS_ENV:-}" ]]; then
+    venv="$TENSORPLUG_BENCH_EMBEDDINGS_ENV"
+else
+    target_dir="$(cd "$root" && cargo metadata --format-version 1 --no-deps |
+        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+    [[ -n "$target_dir" ]] || fail "cargo metadata did not give the target directory; set TENSORPLUG_BENCH_EMBEDDINGS_ENV"
+    venv="$target_dir/bench-embeddings-env"
+fi
+stamp="$venv/.tensorplug-requirements"
+
+# What the virtualenv was built from: both requirements files and the interpreter.
+key="$("$python" - "$requirements" "$ceiling_requirements" <<'EOF'
+import hashlib, sys
+digest = hashlib.sha256()
+for path in sys.argv[1:]:
+    with open(path, "rb") as f:
+        digest.update(hashlib.sha256(f.read()).digest())
+print(digest.hexdigest(), sys.version.split()[0], sys.executable)
+EOF
+)" || fail "could not read $requirements or $ceiling_requirements"
+
+up_to_date() {
+    [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] && "$venv/bin/python" -c '' 2>/dev/null
+}
+
+if ! up_to_date; then
+    mkdir -p "$(dirname "$venv")"
+    # One builder at a time (two runs sharing a target folder).
+    if command -v flock >/dev/null 2>&1; then
+        exec 9>"$venv.lock"
+        flock 9
+    fi
+    if ! up_to_date; then
+        if [[ -e "$venv" && ! -f "$venv/pyvenv.cfg" && -n "$(ls -A "$venv")" ]]; then
+            fail "$venv exists and is not a virtualenv: refusing to replace it"
+        fi
+        "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' ||
+            echo "bench-embeddings-env: warning: the pins are for CPython 3.11, $python is $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" >&2
+        echo "bench-embeddings-env: installing torch, sentence-transformers, onnxruntime and infinity-emb into $venv (about 3.5 GB from PyPI)" >&2
+        log="$(mktemp)"
+        trap 'rm -f "$log"' EXIT
+        rm -rf "$venv"
+        "$python" -m venv "$venv" >"$log" 2>&1 || {
+            cat "$log" >&2
+            fail "'$python -m venv $venv' failed"
+        }
+        nice -n 10 "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
+            --only-binary=:all: --requirement "$requirements" >"$log" 2>&1 || {
+            cat "$log" >&2
+            fail "pip could not install ${requirements#"$root"/} into $venv (is PyPI reachable?)"
+        }
+        nice -n 10 "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
+            --only-binary=:all: --no-deps --target "$venv/ceiling-site" \
+            --requirement "$ceiling_requirements" >"$log" 2>&1 || {
+            cat "$log" >&2
+            fail "pip could not install ${ceiling_requirements#"$root"/} into $venv/ceiling-site"
+        }
+        "$venv/bin/python" -m pip check >"$log" 2>&1 || {
+            cat "$log" >&2
+            fail "the packages in $venv do not fit together (pip check)"
+        }
+        printf '%s\n' "$key" >"$stamp"
+    fi
+fi
+echo "$venv/bin/python"
