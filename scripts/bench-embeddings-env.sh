@@ -10,8 +10,8 @@
 # Idempotent and cheap when nothing changed: the virtualenv is (re)built only when either
 # requirements file or the Python interpreter changed (a stamp file holds their hash), or
 # when it is missing or broken. PyPI's torch is its CUDA build: a cold install downloads
-# about 3.5 GB and takes 6.2 GB on disk (five to ten minutes on a good link); delete the
-# folder when done. Works from any directory.
+# about 3 GB and takes 5.6 GB on disk (under three minutes with a fast link to PyPI); delete
+# the folder when done. Works from any directory.
 #
 #   TENSORPLUG_BENCH_EMBEDDINGS_ENV  the virtualenv's folder
 #                                    (default: <cargo target dir>/bench-embeddings-env)
@@ -71,7 +71,7 @@ if ! up_to_date; then
         fi
         "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' ||
             echo "bench-embeddings-env: warning: the pins are for CPython 3.11, $python is $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" >&2
-        echo "bench-embeddings-env: installing torch, sentence-transformers, onnxruntime and infinity-emb into $venv (about 3.5 GB from PyPI)" >&2
+        echo "bench-embeddings-env: installing torch, sentence-transformers, onnxruntime and infinity-emb into $venv (about 3 GB from PyPI)" >&2
         log="$(mktemp)"
         trap 'rm -f "$log"' EXIT
         rm -rf "$venv"

@@ -4,10 +4,13 @@
 Run it with the python that scripts/bench-embeddings-env.sh prints.
 
 Every measurement uses the realistic prose of tests/data/minilm/sentences.jsonl, its
-lines 1-258 (5-60 words, 8 paragraphs of 60-200 words; `--lines` changes it), in file
+lines 1-258 (sentences of 5-60 words and 8 paragraphs; `--lines` changes it), in file
 order, cycling; not the special cases and the 9 very long inputs after them. A batch is
 that many consecutive lines (batch k holds lines 32k+1 ... 32k+32, modulo 258), padded
-to its longest. Each run warms up first (`--warmup-seconds`, at least 3 calls, from the
+to its longest (lines 1-258: 33 word pieces on average, 148 at most: none is truncated;
+batches of 32 padded to 53-148 tokens, and any 16 or more consecutive batches from the
+first are within 2 % of the whole cycle's mean: time at least that many, a warning says
+when fewer were). Each run warms up first (`--warmup-seconds`, at least 3 calls, from the
 first line on), then times calls back to back, from the first line again, until
 `--seconds` have passed; a call is timed whole: tokenization, inference and the output
 as a numpy array. One JSON line per measurement on stdout:
@@ -48,13 +51,30 @@ Subcommands:
                         2.4.1 (transformers 4.46.3, tokenizers 0.20.3), no HTTP.
   infinity-serve        runs infinity-emb's server (`infinity_emb v2`) on 127.0.0.1 over
                         the same weights, in the foreground (exec: its pid is this
-                        process's), for a load generator; --dry-run prints the command and
-                        its environment instead. The embeddings route is
-                        POST <url-prefix>/embeddings (/v1/embeddings by default) with
-                        {"model": "minilm", "input": [TEXT, ...]}; it answers OpenAI's
-                        {"data": [{"embedding": [...], "index": 0, ...}], ...}. Health:
-                        GET /health answers 200 {"unix": ...} once the model is loaded
-                        (the port is closed until then).
+                        process's), batching up to --batch-size 32 across requests, for a
+                        load generator; --dry-run prints the shell line instead. The
+                        embeddings route is POST <url-prefix>/embeddings (/v1/embeddings by
+                        default; infinity's own default prefix is none) with {"model":
+                        "minilm", "input": [TEXT, ...]}; it answers OpenAI's {"object":
+                        "list", "data": [{"object": "embedding", "embedding": [...],
+                        "index": 0}], "model", "usage"}. Health: GET /health (no prefix)
+                        answers 200 {"unix": ...} once the model is loaded and warmed up;
+                        the port is closed until then. Engines:
+                        torch (infinity-emb's default): sentence-transformers' modules on
+                          torch, with optimum's BetterTransformer (fused encoder layers over
+                          nested tensors, no padding computed), which infinity applies to
+                          BERT whenever optimum is installed (--no-bettertransformer: not);
+                          T = OMP/MKL_NUM_THREADS, torch's intra-op threads.
+                        optimum (the default of infinity's CPU docker image): ONNX Runtime
+                          on an ONNX export of the same weights (made once, by optimum's
+                          exporter, into --cache-dir), graph-optimized by ORTOptimizer at the
+                          first start, mean pooling and normalisation in numpy; needs
+                          `--pooling-method mean` (given here; its default pools [CLS]);
+                          truncates at 512 tokens, not 256 (no line of 1-258 has over 148).
+                          ONNX Runtime's threads are its default (one a core) whatever T:
+                          bound them with --cpus (taskset).
+                        Either way infinity tokenizes and post-processes in threads of its
+                        own beside inference, so it can use more than T threads at once.
   infinity-check        starts that server as a child, waits for /health (the startup
                         time), embeds the first lines over HTTP and compares them with
                         oracle.jsonl, optionally times sequential one-sentence requests
@@ -100,6 +120,9 @@ DEFAULT_LINES = "1-258"
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
 MIN_COSINE = 0.999
 MIN_CALLS = 3
+# Consecutive batches from the first line whose mean padded length is within 2 % of the
+# whole cycle's (lines 1-258, batches of 32: 129 batches, 53-148 tokens padded).
+FAIR_BATCHES = 16
 
 
 def fail(message: str) -> None:
@@ -193,6 +216,8 @@ def measure(call, inputs: list, per_call: int, seconds: float, warmup_seconds: f
         if t1 - start >= limit and i >= MIN_CALLS:
             break
     elapsed = (t1 - start) / 1e9
+    if per_call > 1 and len(durations) < FAIR_BATCHES:
+        note(f"only {len(durations)} batches timed: under {FAIR_BATCHES}, their padding may not be the cycle's mean")
     us = np.asarray(durations, dtype=np.float64) / 1e3
     return {
         "sentences_per_s": round(len(durations) * per_call / elapsed, 1),
@@ -310,7 +335,7 @@ def record(system, mode, threads, size, result, cosine, versions, args) -> dict:
         **result,
         "batch_size": size,
         "lines": "%d-%d" % args.lines,
-        "min_cosine": round(cosine, 7),
+        "min_cosine": round(cosine, 9),
         "versions": versions,
     }
 
@@ -323,7 +348,6 @@ def sentence_transformers(args) -> None:
     offline()
     modes = modes_of(args)
     limit_threads(max(t for _, _, t in modes))
-    import numpy as np
     import sentence_transformers as st
     import torch
     import transformers
@@ -352,7 +376,6 @@ def sentence_transformers(args) -> None:
             else:
                 result = measure(encode, batches_of(sentences, size), size, args.seconds, args.warmup_seconds)
         emit(record("sentence-transformers", mode, threads, size, result, cosine, versions, args))
-    del np
 
 
 def offline() -> None:
@@ -386,9 +409,10 @@ def infinity_command(args) -> tuple[list[str], dict[str, str]]:
         "--port", str(args.port),
         "--url-prefix", args.url_prefix,
         "--log-level", args.log_level,
-        "--bettertransformer" if args.bettertransformer else "--no-bettertransformer",
     ]  # fmt: skip
-    if args.engine == "optimum":
+    if args.engine == "torch":
+        command.append("--bettertransformer" if args.bettertransformer else "--no-bettertransformer")
+    else:
         # Its default (auto) pools the [CLS] token: this model is mean-pooled (1_Pooling).
         command += ["--pooling-method", "mean"]
     if args.cpus:
@@ -445,7 +469,9 @@ def onnx_folder(args, model_dir: Path) -> Path:
 def infinity_serve(args) -> None:
     command, env = infinity_command(args)
     if args.dry_run:
-        print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(command))
+        # What this process would exec, as one shell line.
+        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        print(f"cd {shlex.quote(str(args.cache_dir.resolve()))} && env {assignments} {shlex.join(command)}")
         return
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     os.chdir(args.cache_dir)  # infinity writes .infinity_cache/ into its working directory
@@ -464,8 +490,6 @@ def http_json(conn: http.client.HTTPConnection, method: str, path: str, body=Non
 
 
 def infinity_check(args) -> None:
-    import numpy as np
-
     command, env = infinity_command(args)
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     log_path = args.cache_dir / f"infinity-{args.engine}-{args.port}.log"
@@ -506,12 +530,12 @@ def infinity_check(args) -> None:
         result = {
             "system": "infinity",
             "engine": args.engine,
-            "bettertransformer": args.bettertransformer,
+            "bettertransformer": args.bettertransformer if args.engine == "torch" else None,
             "threads": args.threads,
             "startup_s": round(startup, 2),
             "route": route,
             "health": "/health",
-            "min_cosine": round(cosine, 7),
+            "min_cosine": round(cosine, 9),
             "checked": count,
             "models": [m.get("id") for m in models.get("data", [])],
             "backend": backend_of(args.engine, log_path.read_text(errors="replace")),
@@ -530,7 +554,6 @@ def infinity_check(args) -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait()
-    del np
 
 
 def backend_of(engine: str, log: str) -> str:
