@@ -29,19 +29,9 @@ fail() {
     exit 1
 }
 
-command -v "$python" >/dev/null 2>&1 ||
-    fail "'$python' not found: making the minilm graph needs Python 3 with venv and pip (or PYTHON=/path/to/python3)"
-"$python" -c 'import venv, ensurepip' 2>/dev/null ||
-    fail "$python has no venv/ensurepip module (on Debian or Ubuntu: apt-get install python3-venv)"
-
-if [[ -n "${TENSORPLUG_MINILM_DIR:-}" ]]; then
-    dir="$TENSORPLUG_MINILM_DIR"
-else
-    target_dir="$(cd "$root" && cargo metadata --format-version 1 --no-deps |
-        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-    [[ -n "$target_dir" ]] || fail "cargo metadata did not give the target directory; set TENSORPLUG_MINILM_DIR"
-    dir="$target_dir/minilm"
-fi
+source "$root/scripts/lib/python.sh"
+require_python "$python" "making the minilm graph"
+dir="$(in_target TENSORPLUG_MINILM_DIR minilm)"
 venv="$dir/env"
 env_stamp="$venv/.tensorplug-requirements"
 build_stamp="$dir/.tensorplug-built"

@@ -29,14 +29,8 @@ fail() {
     exit 1
 }
 
-if [[ -n "${TENSORPLUG_ONNXRUNTIME_DIR:-}" ]]; then
-    dir="$TENSORPLUG_ONNXRUNTIME_DIR"
-else
-    target_dir="$(cd "$root" && cargo metadata --format-version 1 --no-deps |
-        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-    [[ -n "$target_dir" ]] || fail "cargo metadata did not give the target directory; set TENSORPLUG_ONNXRUNTIME_DIR"
-    dir="$target_dir/onnxruntime"
-fi
+source "$root/scripts/lib/python.sh"
+dir="$(in_target TENSORPLUG_ONNXRUNTIME_DIR onnxruntime)"
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 library="$dir/libonnxruntime.so.$version"

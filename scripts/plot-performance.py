@@ -5,6 +5,10 @@
                      throughput.svg (mean req/s of the rounds) and p99.svg (their median
                      p99) against concurrency, one line per server and protocol, whiskers
                      from the rounds' minimum to their maximum.
+  --embeddings FILE  the JSON lines scripts/bench-embeddings.sh appends to (BENCH_OUTPUT=FILE):
+                     embeddings.svg (sentences/s) and embeddings-p99.svg against the load's
+                     concurrency, one line per served system; the in-process baselines
+                     (batches of 32, no server) as flat lines at their rate.
   --criterion DIR    criterion's folder (target/criterion): forward-<group>.svg for every
                      group whose name matches --groups, bars per parameter (batch size)
                      and function (backend) with their 95 % confidence interval, and
@@ -35,6 +39,7 @@ SERVER_COLOURS = {"tensorplug": "#0072B2", "floor": "#D55E00", "baseline": "#009
 SERVER_ORDER = ["tensorplug", "baseline", "floor"]
 PROTOCOLS = {  # name in the data: (label, dash pattern, marker)
     "rest": ("REST", "", "circle"),
+    "in-process": ("in process, batches of 32", "4 3", "diamond"),
     "grpc": ("gRPC", "7 4", "square"),
     "grpc-raw": ("gRPC raw", "2 3", "diamond"),
 }
@@ -564,6 +569,52 @@ def floor_figures(path: Path, out: Path, machine: str, command: str, servers: li
         write(out / name, concurrency_chart(series, title, subtitle, y_label, value, log_y), title, lines)
 
 
+def embeddings_series(path: Path) -> dict[tuple[str, str], list[FloorPoint]]:
+    """scripts/bench-embeddings.sh's rows as (system, protocol) -> points: a served system's
+    runs by the load's concurrency (over REST), an in-process baseline's batch-of-32 rate
+    repeated at each of those concurrencies (it has no load generator: a flat line)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    served = [row for row in rows if "concurrency" in row and "rps" in row]
+    if not served:
+        raise SystemExit(f"{path}: no served system's runs (rows with concurrency and rps)")
+    concurrencies = sorted({int(row["concurrency"]) for row in served})
+    runs = [
+        {"server": row["system"], "protocol": "rest", "concurrency": row["concurrency"], "rps": row["rps"],
+         "p99_us": row["p99_us"], "errors": row.get("errors", 0)}
+        for row in served
+    ]
+    for row in rows:
+        if row.get("mode") == "batch32" and "sentences_per_s" in row:
+            # A batch's p99 spread over its 32 sentences: the latency a sentence sees when it
+            # waits for its batch to be formed and run.
+            runs.extend(
+                {"server": row["system"], "protocol": "in-process", "concurrency": c,
+                 "rps": row["sentences_per_s"], "p99_us": row["p99_us"], "errors": 0}
+                for c in concurrencies
+            )
+    return summarise_floor(runs)
+
+
+EMBEDDINGS_CHARTS = [
+    ("embeddings.svg", "Sentence embeddings against concurrency", "sentences per second", False,
+     lambda p: (p.rps_mean, p.rps_min, p.rps_max)),
+    ("embeddings-p99.svg", "Sentence embeddings: p99 latency", "p99 latency (ms, log scale)", True,
+     lambda p: (p.p99_ms_median, p.p99_ms_min, p.p99_ms_max)),
+]
+
+
+def embeddings_figures(path: Path, out: Path, machine: str, command: str) -> None:
+    series = embeddings_series(path)
+    lines = [f"Machine: {machine}", f"Data: {command} — regenerate: ./scripts/bench-embeddings.sh"]
+    subtitle = (
+        "all-MiniLM-L6-v2 on the same weights: servers under closed-loop load by tools/loadgen, one "
+        "realistic sentence a request; in-process baselines (no server) as flat lines at their rate "
+        "in batches of 32 (their p99: a whole batch's)."
+    )
+    for name, title, y_label, log_y, value in EMBEDDINGS_CHARTS:
+        write(out / name, concurrency_chart(series, title, subtitle, y_label, value, log_y), title, lines)
+
+
 def forward_figures(root: Path, pattern: str, estimate: str, out: Path, machine: str, command: str) -> None:
     groups = read_criterion(root, pattern, estimate)
     # One colour a function across every chart: a backend looks the same everywhere.
@@ -596,6 +647,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     arg = parser.add_argument
     arg("--floor", type=Path, help="scripts/bench-floor.sh's BENCH_OUTPUT file (JSON lines)")
+    arg("--embeddings", type=Path, help="scripts/bench-embeddings.sh's BENCH_OUTPUT file (JSON lines)")
+    arg("--embeddings-command", default="scripts/bench-embeddings.sh with BENCH_OUTPUT", help="how the --embeddings data was made")
     arg("--criterion", type=Path, help="criterion's folder, e.g. target/criterion")
     arg("--groups", default="forward", help="regular expression the groups' names must match (default: forward)")
     arg("--estimate", default="mean", choices=["mean", "median", "slope"], help="criterion's estimate (default: mean; slope, where there is none: mean)")
@@ -606,12 +659,14 @@ def main(argv: list[str] | None = None) -> None:
     forward = "cargo bench -p tensorplug --bench forward"
     arg("--criterion-command", default=forward, help="how the criterion data was made")
     args = parser.parse_args(argv)
-    if args.floor is None and args.criterion is None:
-        parser.error("nothing to draw: give --floor, --criterion or both")
+    if args.floor is None and args.criterion is None and args.embeddings is None:
+        parser.error("nothing to draw: give --floor, --criterion, --embeddings or several")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.floor is not None:
         servers = [name for name in (args.servers or "").split(",") if name]
         floor_figures(args.floor, args.out, args.machine, args.floor_command, servers)
+    if args.embeddings is not None:
+        embeddings_figures(args.embeddings, args.out, args.machine, args.embeddings_command)
     if args.criterion is not None:
         forward_figures(args.criterion, args.groups, args.estimate, args.out, args.machine, args.criterion_command)
 

@@ -21,19 +21,9 @@ fail() {
     exit 1
 }
 
-command -v "$python" >/dev/null 2>&1 ||
-    fail "'$python' not found: the conformance test needs Python 3 with venv and pip (or PYTHON=/path/to/python3)"
-"$python" -c 'import venv, ensurepip' 2>/dev/null ||
-    fail "$python has no venv/ensurepip module (on Debian or Ubuntu: apt-get install python3-venv)"
-
-if [[ -n "${TENSORPLUG_PYTHON_ENV:-}" ]]; then
-    venv="$TENSORPLUG_PYTHON_ENV"
-else
-    target_dir="$(cd "$root" && cargo metadata --format-version 1 --no-deps |
-        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-    [[ -n "$target_dir" ]] || fail "cargo metadata did not give the target directory; set TENSORPLUG_PYTHON_ENV"
-    venv="$target_dir/python-env"
-fi
+source "$root/scripts/lib/python.sh"
+require_python "$python" "the conformance test"
+venv="$(in_target TENSORPLUG_PYTHON_ENV python-env)"
 stamp="$venv/.tensorplug-requirements"
 
 # What the virtualenv was built from: the requirements' hash and the interpreter.

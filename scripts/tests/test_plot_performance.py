@@ -67,6 +67,37 @@ def texts(root):
     return [element.text for element in root.iter(SVG + "text")]
 
 
+class EmbeddingsFigures(unittest.TestCase):
+    def test_served_systems_by_concurrency_and_in_process_baselines_as_flat_lines(self):
+        folder = Path(tempfile.mkdtemp())
+        rows = [
+            {"system": system, "concurrency": c, "rps": rps * c, "p50_us": 900, "p99_us": 2000 * c, "errors": 0}
+            for system, rps in (("tensorplug", 50.0), ("infinity", 20.0))
+            for c in (1, 8, 32)
+        ]
+        rows += [
+            {"system": "onnxruntime", "mode": "batch32", "threads": 2, "sentences_per_s": 400.0, "p50_us": 70000, "p99_us": 90000},
+            {"system": "onnxruntime", "mode": "batch1", "threads": 1, "sentences_per_s": 150.0, "p50_us": 6000, "p99_us": 9000},
+            {"system": "tensorplug (onnxruntime) resident memory after the load", "rss_mib": 500},
+        ]
+        data = folder / "embeddings.jsonl"
+        data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        series = plot.embeddings_series(data)
+        self.assertEqual(
+            list(series), [("tensorplug", "rest"), ("infinity", "rest"), ("onnxruntime", "in-process")]
+        )
+        flat = series[("onnxruntime", "in-process")]
+        self.assertEqual([(p.concurrency, p.rps_mean) for p in flat], [(1, 400.0), (8, 400.0), (32, 400.0)])
+        with redirect_stdout(io.StringIO()):
+            plot.main(["--embeddings", str(data), "--out", str(folder / "out"), "--machine", "test box"])
+        for name in ("embeddings.svg", "embeddings-p99.svg"):
+            root = parse(folder / "out" / name)
+            self.assertEqual(len(root.findall(f".//{SVG}polyline")), 3, name)
+            words = texts(root)
+            for label in ("tensorplug REST", "infinity REST", "onnxruntime in process, batches of 32"):
+                self.assertIn(label, words, name)
+
+
 class FloorFigures(unittest.TestCase):
     def setUp(self):
         self.folder = Path(tempfile.mkdtemp())
