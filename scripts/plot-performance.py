@@ -410,9 +410,15 @@ def concurrency_chart(
     canvas = Canvas(width)
     top = heading(canvas, title, subtitle)
     entries, lines = [], []
-    for index, ((server, protocol), points) in enumerate(series.items()):
+    # Servers without a colour of their own take the palette's others, in turn.
+    spare = [c for c in PALETTE if c not in SERVER_COLOURS.values()]
+    others: dict[str, str] = {}
+    for server, _ in series:
+        if server not in SERVER_COLOURS and server not in others:
+            others[server] = spare[len(others) % len(spare)]
+    for (server, protocol), points in series.items():
         name, dash, marker = PROTOCOLS.get(protocol, (protocol, "4 2 1 2", "circle"))
-        colour = SERVER_COLOURS.get(server, PALETTE[(index + 4) % len(PALETTE)])
+        colour = SERVER_COLOURS.get(server) or others[server]
         errors = sum(point.errors for point in points)
         label = f"{server} {name}" + (f" ({errors} errors)" if errors else "")
         entries.append(LegendEntry(label, colour, dash, marker))
