@@ -246,6 +246,20 @@ impl ServerProcess {
         self.status_kib("VmHWM:")
     }
 
+    /// The `tensorplug` section of `model`'s statistics (`GET /v2/models/{model}/stats`).
+    pub async fn stats(&self, model: &str) -> serde_json::Value {
+        let stats: serde_json::Value = self
+            .client
+            .get(self.url(&format!("/v2/models/{model}/stats")))
+            .send()
+            .await
+            .expect("stats")
+            .json()
+            .await
+            .expect("stats JSON");
+        stats["model_stats"][0]["tensorplug"].clone()
+    }
+
     /// Starts measuring the peak afresh (Linux: writing 5 to clear_refs resets VmHWM).
     pub fn reset_peak_rss(&self) {
         std::fs::write(format!("/proc/{}/clear_refs", self.pid()), "5").expect("reset the peak RSS");

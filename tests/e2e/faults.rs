@@ -239,16 +239,7 @@ async fn memory_stays_bounded_over_1000_faulting_requests() {
     let growth = server.rss_kib().saturating_sub(before);
     assert!(growth < 64 << 10, "RSS grew by {} MiB over 1000 traps", growth >> 10);
     assert_eq!(send(1.0).await, 200);
-    let stats: serde_json::Value = server
-        .client
-        .get(server.url("/v2/models/faulty/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let stats = &stats["model_stats"][0]["tensorplug"];
+    let stats = server.stats("faulty").await;
     assert_eq!(stats["instances_live"], stats["instances"], "{stats}");
 }
 

@@ -196,16 +196,7 @@ async fn a_heavy_compute_answers_at_its_deadline_and_burns_nothing_after() {
 
 /// `minilm`'s graph memory as the server counts it (`graph_bytes`).
 async fn graph_bytes(server: &ServerProcess) -> u64 {
-    let stats: serde_json::Value = server
-        .client
-        .get(server.url("/v2/models/minilm/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    stats["model_stats"][0]["tensorplug"]["graph_bytes"].as_u64().unwrap()
+    server.stats("minilm").await["graph_bytes"].as_u64().unwrap()
 }
 
 /// Sends `rounds` rounds of `at_once` requests of `text` to `minilm`, each answered 200.

@@ -113,27 +113,26 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
     drop(body);
     let call = InferCall::start(&state.repository, &OPENAI_EDGE, &request.model, None)?;
     let result = answer(&call, request).instrument(call.span().clone()).await;
-    let status = match &result {
-        Ok(_) => 200,
-        Err(failure) => failure.status,
-    };
-    if let Err(failure) = &result {
-        call.failed(failure.status, &failure.message);
-    }
-    call.answered(status);
+    call.answered(result.as_ref().map_or_else(|failure| failure.status, |_| 200));
     result
 }
 
+/// The answer to `request`. A failure of the inference itself is logged where it happens
+/// (`InferCall::run`); the route's own refusals are logged here.
 async fn answer(
     call: &InferCall,
     request: crate::protocol::openai::EmbeddingsRequest,
 ) -> Result<Response, OpenAiFailure> {
+    let logged = |failure: OpenAiFailure| {
+        call.failed(failure.status, &failure.message);
+        failure
+    };
     let model = call.model();
-    let route = route_of(model)?;
+    let route = route_of(model).map_err(logged)?;
     let dimension = vector_size(model, &route);
     if let (Some(asked), Some(dimension)) = (request.dimensions, dimension) {
         if asked != dimension as u64 {
-            return Err(OpenAiFailure {
+            return Err(logged(OpenAiFailure {
                 param: Some("dimensions"),
                 ..OpenAiFailure::new(
                     400,
@@ -142,7 +141,7 @@ async fn answer(
                         model.config.name
                     ),
                 )
-            });
+            }));
         }
     }
     let texts = request.texts.len();
@@ -151,14 +150,14 @@ async fn answer(
     let vectors = outputs
         .iter()
         .find(|t| t.name == route.output)
-        .ok_or_else(|| OpenAiFailure::new(500, "the model answered no vectors"))?;
+        .ok_or_else(|| logged(OpenAiFailure::new(500, "the model answered no vectors")))?;
     let dimension = match vectors.shape.as_slice() {
         [rows, dimension] if *rows as usize == texts => *dimension as usize,
         shape => {
-            return Err(OpenAiFailure::new(
+            return Err(logged(OpenAiFailure::new(
                 500,
                 format!("the model's vectors have shape {shape:?}, not [{texts}, D]"),
-            ))
+            )))
         }
     };
     let tokens: u64 = match &route.tokens {

@@ -131,10 +131,10 @@ impl std::fmt::Display for PadValue {
     }
 }
 
-/// Splits `lengths` (each item's ragged sizes, one per ragged tensor, as element counts
-/// per axis) into buckets whose padding stays within `max_padding`: the items sorted by
-/// size, a bucket closed when the next item would push its padding past the bound. Returns
-/// the buckets as lists of positions into `lengths`, shortest first.
+/// Splits items into buckets whose padding stays within `max_padding`: `shapes` holds each
+/// item's ragged tensors' shapes; the items are sorted by size and a bucket is closed when
+/// the next item would push its padding past the bound. Returns the buckets as lists of
+/// positions into `shapes`, shortest first.
 pub fn buckets(shapes: &[Vec<&[u64]>], max_padding: f64) -> Vec<Vec<usize>> {
     let size = |position: usize| -> u64 { shapes[position].iter().map(|s| count(s)).sum() };
     let mut order: Vec<usize> = (0..shapes.len()).collect();
