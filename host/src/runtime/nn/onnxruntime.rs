@@ -10,9 +10,10 @@
 //!   would load but tract cannot analyse is refused;
 //! - **inputs**: the declared inputs' checks ([`super::inputs`]) before anything runs;
 //! - **memory**: each node's output size from tract's shape analysis, evaluated for the
-//!   call's sizes, must fit the instance's memory before ONNX Runtime runs; what a session
-//!   holds (estimated as twice the graph's constants: ONNX Runtime's copy and its
-//!   pre-packed weights) is counted in the model's graph memory, per session;
+//!   call's sizes, must fit the instance's memory before ONNX Runtime runs; what the graph
+//!   holds is counted in the model's graph memory: its file, its shared weights twice (the
+//!   values and their pre-packed forms), and per session twice the constants not shared
+//!   (at least 4 MiB);
 //! - **deadline**: the compute's `RunOptions` are terminated at the call's deadline by a
 //!   watching thread ([`super::watch`]); ONNX Runtime stops between two nodes and the
 //!   call traps as a time limit.
