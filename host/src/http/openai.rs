@@ -38,6 +38,7 @@ pub static OPENAI_EDGE: EdgeLabel = EdgeLabel {
 pub const EMBEDDINGS_ROUTE: &str = "/v1/embeddings";
 
 /// A failure as OpenAI's clients read it: an HTTP status and the error object.
+#[derive(Debug)]
 struct OpenAiFailure {
     status: u16,
     message: String,
@@ -273,5 +274,61 @@ pub async fn model(State(state): State<Arc<AppState>>, Path(name): Path<String>)
             ..OpenAiFailure::new(404, format!("the model '{}' does not exist", clip(&name)))
         }
         .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inferred(answer: Answer) -> Inferred {
+        Inferred {
+            answer,
+            id: None,
+            options: Default::default(),
+            output_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_failed_item_fails_the_request_naming_its_index() {
+        let vectors = || {
+            vec![Tensor {
+                name: "embedding".into(),
+                datatype: DataType::Fp32,
+                shape: vec![1],
+                data: 1f32.to_le_bytes().to_vec(),
+            }]
+        };
+        let several = Answer::MultiStatus(vec![
+            Ok(vectors()),
+            Ok(vectors()),
+            Err(ItemError::new(422, "text is 300 tokens long")),
+            Err(ItemError::trap("boom")),
+        ]);
+        let failure = outputs_of(inferred(several)).unwrap_err();
+        assert_eq!((failure.status, failure.param), (422, Some("input")));
+        assert_eq!(failure.message, "input[2]: text is 300 tokens long");
+        let lone = outputs_of(inferred(Answer::Failure(ItemError::new(400, "not UTF-8")))).unwrap_err();
+        assert_eq!((lone.status, lone.message.as_str()), (400, "input[0]: not UTF-8"));
+        assert_eq!(outputs_of(inferred(Answer::Success(vectors()))).unwrap(), vectors());
+    }
+
+    #[test]
+    fn texts_become_one_bytes_item_each_with_the_routes_outputs() {
+        let route = OpenAiEmbeddings {
+            input: "text".into(),
+            output: "embedding".into(),
+            tokens: Some("tokens".into()),
+        };
+        let request = infer_request(&route, vec!["a".into(), "".into(), "ünï".into()]);
+        let input = &request.inputs[0];
+        assert_eq!(
+            (input.name.as_str(), input.datatype, input.shape.clone()),
+            ("text", DataType::Bytes, vec![3])
+        );
+        input.validate().unwrap();
+        let asked: Vec<&str> = request.outputs.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(asked, ["embedding", "tokens"]);
     }
 }
