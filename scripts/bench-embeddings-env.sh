@@ -53,11 +53,7 @@ if ! venv_current "$venv" "$key"; then
         echo "bench-embeddings-env: installing torch, sentence-transformers, onnxruntime and infinity-emb into $venv (about 3 GB from PyPI)" >&2
         log="$(mktemp)"
         trap 'rm -f "$log"' EXIT
-        rm -rf "$venv"
-        "$python" -m venv "$venv" >"$log" 2>&1 || {
-            cat "$log" >&2
-            fail "'$python -m venv $venv' failed"
-        }
+        new_venv "$python" "$venv"
         nice -n 10 "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
             --only-binary=:all: --requirement "$requirements" >"$log" 2>&1 || {
             cat "$log" >&2

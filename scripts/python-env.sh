@@ -41,11 +41,7 @@ if ! venv_current "$venv" "$key"; then
         echo "python-env: installing ${requirements#"$root"/} into $venv (downloads from PyPI)" >&2
         log="$(mktemp)"
         trap 'rm -f "$log"' EXIT
-        rm -rf "$venv"
-        "$python" -m venv "$venv" >"$log" 2>&1 || {
-            cat "$log" >&2
-            fail "'$python -m venv $venv' failed"
-        }
+        new_venv "$python" "$venv"
         "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
             --requirement "$requirements" >"$log" 2>&1 || {
             cat "$log" >&2

@@ -1,5 +1,6 @@
 # Shared by the scripts that keep a virtualenv or a download in the target folder
-# (sourced, not run): python-env.sh, minilm.sh, onnxruntime.sh, bench-embeddings-env.sh.
+# (sourced, not run): python-env.sh, minilm.sh, minilm-oracle.sh, onnxruntime.sh,
+# bench-embeddings-env.sh.
 # The caller sets `root` (the repository) and defines `fail MESSAGE` (prints, exits 1).
 
 # require_python PYTHON WHY: fails unless PYTHON runs and has venv and ensurepip, saying
@@ -48,4 +49,14 @@ refuse_non_venv() {
     if [[ -e "$1" && ! -f "$1/pyvenv.cfg" && -n "$(ls -A "$1")" ]]; then
         fail "$1 exists and is not a virtualenv: refusing to replace it"
     fi
+}
+
+# new_venv PYTHON VENV: VENV made afresh by PYTHON (what went wrong is printed on failure).
+new_venv() {
+    local output
+    rm -rf "$2"
+    output="$("$1" -m venv "$2" 2>&1)" || {
+        printf '%s\n' "$output" >&2
+        fail "'$1 -m venv $2' failed"
+    }
 }

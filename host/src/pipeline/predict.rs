@@ -74,6 +74,10 @@ fn stackable(a: &Item, b: &Item, padding: &Padding) -> bool {
 /// A group of items with ragged tensors as length buckets within the model's padding
 /// bound; any other group as it is.
 fn bucketed(group: Vec<Indexed>, padding: &Padding) -> Vec<Vec<Indexed>> {
+    // Most models have no ragged tensors: nothing to look at, nothing allocated.
+    if padding.is_empty() || group.len() < 2 {
+        return vec![group];
+    }
     let shapes: Vec<Vec<&[u64]>> = group
         .iter()
         .map(|(_, item)| {
@@ -83,7 +87,7 @@ fn bucketed(group: Vec<Indexed>, padding: &Padding) -> Vec<Vec<Indexed>> {
                 .collect()
         })
         .collect();
-    if group.len() < 2 || shapes.first().is_none_or(Vec::is_empty) {
+    if shapes.first().is_none_or(Vec::is_empty) {
         return vec![group];
     }
     let plan = buckets(&shapes, padding.max_padding);
