@@ -8,7 +8,7 @@ use std::path::Path;
 /// Top-level modules from the top layer down; modules on one line are peers.
 const LAYERS: &[&[&str]] = &[
     &["app"],
-    &["batch", "http", "grpc"],
+    &["batch", "http", "grpc", "nats"],
     &["api"],
     &["protocol", "serving"],
     &["pipeline"],

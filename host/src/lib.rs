@@ -21,6 +21,7 @@ pub mod batch;
 pub mod grpc;
 pub mod http;
 pub mod model;
+pub mod nats;
 pub mod pipeline;
 pub mod protocol;
 pub mod runtime;

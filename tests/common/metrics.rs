@@ -22,10 +22,19 @@ pub async fn scrape(server: &TestServer) -> Metrics {
         content_type.starts_with("application/openmetrics-text"),
         "{content_type}"
     );
-    let text = response.text().await.expect("metrics body");
-    assert!(text.ends_with("# EOF\n"), "an OpenMetrics exposition ends with # EOF");
-    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("Prometheus text");
-    Metrics { scrape, text }
+    Metrics::parse(response.text().await.expect("metrics body"))
+}
+
+/// `/metrics` of a server process, parsed.
+pub async fn scrape_process(server: &super::process::ServerProcess) -> Metrics {
+    let response = server
+        .client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics");
+    assert_eq!(response.status(), 200);
+    Metrics::parse(response.text().await.expect("metrics body"))
 }
 
 pub struct Metrics {
@@ -34,6 +43,13 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// An OpenMetrics exposition, parsed.
+    pub fn parse(text: String) -> Metrics {
+        assert!(text.ends_with("# EOF\n"), "an OpenMetrics exposition ends with # EOF");
+        let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("Prometheus text");
+        Metrics { scrape, text }
+    }
+
     /// Samples named `name` whose labels include `labels`.
     fn matching<'a>(&'a self, name: &'a str, labels: &'a [(&str, &str)]) -> impl Iterator<Item = &'a Value> + 'a {
         self.scrape

@@ -7,6 +7,7 @@ pub mod grpc;
 pub mod grpc_raw;
 pub mod metrics;
 pub mod minilm;
+pub mod nats;
 pub mod onnx;
 pub mod process;
 pub mod python;

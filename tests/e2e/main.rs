@@ -27,6 +27,7 @@ mod metadata;
 mod metrics;
 mod metrics_hostile;
 mod minilm;
+mod nats;
 mod mixed;
 mod new;
 mod nn;

@@ -3,13 +3,17 @@
 //! through it ([`InferCall`]), read and change the repository under its access rules —
 //! and [`ServeError`], the one error type, which knows its protocol-neutral status.
 
+mod answer;
 mod call;
+mod decode;
 pub mod error;
 mod infer;
 mod metadata;
 pub mod repository;
 
+pub use answer::EncodedAnswer;
 pub use call::{InferCall, Inferred};
+pub use decode::decode_body;
 pub use error::ServeError;
 pub use infer::find_model;
 pub use metadata::{model_metadata, model_ready};

@@ -10,6 +10,8 @@ pub use crate::api::repository::{ModelControl, RepositoryApi};
 use crate::app::new::{NewLanguage, NewProject, NewStage};
 use crate::app::telemetry::LogFormat;
 pub use crate::batch::TransportKind;
+pub use crate::nats::Readiness;
+use crate::nats::NatsSettings;
 
 /// An inference server whose models are sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -428,6 +430,9 @@ pub struct ServeConfig {
 
     #[command(flatten)]
     pub onnxruntime: OnnxRuntimeArgs,
+
+    #[command(flatten)]
+    pub nats: NatsArgs,
 }
 
 impl ServeConfig {
@@ -460,6 +465,7 @@ impl ServeConfig {
             },
             connections: ConnectionArgs::default(),
             onnxruntime: OnnxRuntimeArgs::default(),
+            nats: NatsArgs::default(),
         }
     }
 
@@ -470,6 +476,112 @@ impl ServeConfig {
     /// The lame-duck time before the drain, within the grace.
     pub fn shutdown_delay(&self) -> Duration {
         Duration::from_millis(self.shutdown_delay_ms).min(self.shutdown_grace())
+    }
+}
+
+/// The queue edge (off unless `--nats-url` is given): requests consumed from a NATS
+/// JetStream stream, answers published back (docs/api.md, "NATS JetStream").
+#[derive(Clone, Debug, PartialEq, Eq, Args)]
+pub struct NatsArgs {
+    /// The NATS server to consume inference requests from (`nats://host:port`; several,
+    /// comma-separated, for a cluster). Off when not given.
+    #[arg(long = "nats-url", env = "TENSORPLUG_NATS_URL")]
+    pub url: Option<String>,
+
+    /// The stream holding the requests (work-queue retention; created if missing).
+    #[arg(long = "nats-stream", env = "TENSORPLUG_NATS_STREAM", default_value = "TENSORPLUG_INFER")]
+    pub stream: String,
+
+    /// Requests go to `<prefix>.<model>` or `<prefix>.<model>.<version>`.
+    #[arg(long = "nats-subject-prefix", env = "TENSORPLUG_NATS_SUBJECT_PREFIX", default_value = "tensorplug.infer")]
+    pub subject_prefix: String,
+
+    /// Answers go to `<prefix>.<model>`, unless a request's `Tensorplug-Reply-To` header
+    /// names its own subject.
+    #[arg(long = "nats-answer-prefix", env = "TENSORPLUG_NATS_ANSWER_PREFIX", default_value = "tensorplug.answers")]
+    pub answer_prefix: String,
+
+    /// The stream keeping answers (`<answer prefix>.>`; created if missing); empty: none is
+    /// created.
+    #[arg(long = "nats-answer-stream", env = "TENSORPLUG_NATS_ANSWER_STREAM", default_value = "TENSORPLUG_ANSWERS")]
+    pub answer_stream: String,
+
+    /// How long the answer stream keeps an answer, in seconds (when the server creates it).
+    #[arg(long = "nats-answer-max-age-secs", env = "TENSORPLUG_NATS_ANSWER_MAX_AGE_SECS", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..=(365 * 24 * 3600)))]
+    pub answer_max_age_secs: u64,
+
+    /// The durable pull consumer every replica shares (work-queue: each message goes to one).
+    #[arg(long = "nats-consumer", env = "TENSORPLUG_NATS_CONSUMER", default_value = "tensorplug")]
+    pub consumer: String,
+
+    /// How long a delivered message may go unacknowledged before it is delivered again, to
+    /// any replica (while it is worked on, the replica holding it extends this).
+    #[arg(long = "nats-ack-wait-ms", env = "TENSORPLUG_NATS_ACK_WAIT_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(100..=ConnectionArgs::MAX_TIMEOUT_MS))]
+    pub ack_wait_ms: u64,
+
+    /// Deliveries of one message before it is given up and answered with an error.
+    #[arg(long = "nats-max-deliver", env = "TENSORPLUG_NATS_MAX_DELIVER", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_deliver: u32,
+
+    /// Most messages this replica holds at once (pulled, not yet acknowledged); a pull
+    /// asks for no more than the free ones.
+    #[arg(long = "nats-pull-batch", env = "TENSORPLUG_NATS_PULL_BATCH", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub pull_batch: u32,
+
+    /// How long a message handed back because its model's queue was full (503) waits
+    /// before its next delivery, unless the server suggests another wait.
+    #[arg(long = "nats-nak-delay-ms", env = "TENSORPLUG_NATS_NAK_DELAY_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(0..=ConnectionArgs::MAX_TIMEOUT_MS))]
+    pub nak_delay_ms: u64,
+
+    /// `required`: the server is not ready while NATS is unreachable; `ignored`: readiness
+    /// is the models' alone.
+    #[arg(long = "nats-readiness", env = "TENSORPLUG_NATS_READINESS", value_enum, default_value_t = Readiness::Required)]
+    pub readiness: Readiness,
+}
+
+impl Default for NatsArgs {
+    /// The flags' defaults (the edge off).
+    fn default() -> Self {
+        Self {
+            url: None,
+            stream: "TENSORPLUG_INFER".into(),
+            subject_prefix: "tensorplug.infer".into(),
+            answer_prefix: "tensorplug.answers".into(),
+            answer_stream: "TENSORPLUG_ANSWERS".into(),
+            answer_max_age_secs: 3600,
+            consumer: "tensorplug".into(),
+            ack_wait_ms: 30_000,
+            max_deliver: 5,
+            pull_batch: 64,
+            nak_delay_ms: 1000,
+            readiness: Readiness::Required,
+        }
+    }
+}
+
+impl NatsArgs {
+    /// The queue edge's settings, when it is on.
+    pub fn settings(&self) -> Option<NatsSettings> {
+        let url = self.url.clone()?;
+        Some(NatsSettings {
+            url,
+            stream: self.stream.clone(),
+            subject_prefix: self.subject_prefix.clone(),
+            answer_prefix: self.answer_prefix.clone(),
+            answer_stream: Some(self.answer_stream.clone()).filter(|s| !s.is_empty()),
+            answer_max_age: Duration::from_secs(self.answer_max_age_secs),
+            consumer: self.consumer.clone(),
+            ack_wait: Duration::from_millis(self.ack_wait_ms),
+            max_deliver: self.max_deliver,
+            pull_batch: self.pull_batch as usize,
+            nak_delay: Duration::from_millis(self.nak_delay_ms),
+            readiness: self.readiness,
+        })
     }
 }
 

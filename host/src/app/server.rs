@@ -1,4 +1,5 @@
-//! Runs the server: loads the repository, serves REST (and gRPC, unless it is off) until
+//! Runs the server: loads the repository, serves REST (and gRPC, unless it is off, and the
+//! NATS queue edge, if on) until
 //! the shutdown future resolves, then drains every in-flight and queued item before
 //! returning.
 //!
@@ -29,6 +30,8 @@ use crate::grpc::{self, GrpcState};
 use crate::http::connections::{self, ConnectionLimits, ConnectionStats};
 use crate::http::metrics::HttpMetrics;
 use crate::http::{router, AppState};
+use crate::nats::metrics::NatsMetrics;
+use crate::nats::NatsEdge;
 use crate::runtime::Runtime;
 use crate::serving::{self, watch, Repository};
 
@@ -66,6 +69,10 @@ pub async fn run_with_grpc(
     let mut edges = vec![&crate::http::REST_EDGE, &crate::http::OPENAI_EDGE];
     if grpc_listener.is_some() {
         edges.push(&grpc::status::GRPC_EDGE);
+    }
+    let nats_settings = config.nats.settings();
+    if nats_settings.is_some() {
+        edges.push(&crate::nats::NATS_EDGE);
     }
     let repository = Arc::new(Repository::new(&config.repository, runtime, metrics_on).served_by(edges));
     let initial = match config.model_control {
@@ -106,17 +113,19 @@ pub async fn run_with_grpc(
         admin_token: config.admin_token.clone(),
     };
     // One registry for the whole server: each layer adds its own metrics to it.
-    let (http_metrics, grpc_metrics) = match metrics_on {
+    let (http_metrics, grpc_metrics, nats_metrics) = match metrics_on {
         true => {
             let mut registry = Registry::default();
             serving::metrics::register(&mut registry, &repository);
             let grpc_metrics = GrpcMetrics::register(&mut registry);
+            let nats_metrics = nats_settings.as_ref().map(|_| NatsMetrics::register(&mut registry));
             (
                 Some(HttpMetrics::new(registry, connection_stats.clone())),
                 Some(grpc_metrics),
+                nats_metrics,
             )
         }
-        false => (None, None),
+        false => (None, None, None),
     };
     let state = Arc::new(AppState {
         repository: repository.clone(),
@@ -183,6 +192,25 @@ pub async fn run_with_grpc(
             }))
         }
     };
+    // The queue edge beside them: it stops pulling on the same signal, answers what it
+    // holds, and is waited for under the same deadline, before the drain.
+    let nats = nats_settings.map(|settings| {
+        let mut stopping = stopping_rx.clone();
+        let stop = async move {
+            let _ = stopping.wait_for(Option::is_some).await;
+        };
+        let edge = NatsEdge {
+            settings,
+            repository: repository.clone(),
+            max_body_bytes,
+            metrics: nats_metrics,
+        };
+        tokio::spawn(async move {
+            if let Err(error) = crate::nats::serve(edge, stop).await {
+                tracing::error!("NATS edge failed: {error}");
+            }
+        })
+    });
     // Boxed so it can be dropped (with any request still running) before the drain.
     let mut serving = Box::pin(connections::serve(
         listener,
@@ -209,6 +237,16 @@ pub async fn run_with_grpc(
             Err(_) => {
                 in_time = false;
                 grpc.abort();
+            }
+        }
+    }
+    if let Some(mut nats) = nats {
+        match tokio::time::timeout_at(deadline, &mut nats).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!("NATS edge task failed: {error}"),
+            Err(_) => {
+                in_time = false;
+                nats.abort();
             }
         }
     }

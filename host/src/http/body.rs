@@ -1,5 +1,5 @@
 //! Taking in an inference request's body: what media types and codings are accepted,
-//! reading it under the size limit, and decoding it off the async workers when large.
+//! reading it under the size limit, and decoding it ([`decode_body`]).
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap};
@@ -7,13 +7,8 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::error::HttpError;
 use super::response::HEADER_CONTENT_LENGTH;
-use crate::api::ServeError;
-use crate::protocol::{clip, decode_request, InferRequest};
-
-/// Bodies larger than this are decoded on the blocking pool: a JSON body decodes at
-/// roughly 100–300 MB/s, so this much takes a millisecond or two on an async worker,
-/// which health checks and small requests can afford to wait; more they should not.
-pub const OFFLOAD_DECODE_BYTES: usize = 256 * 1024;
+use crate::api::{decode_body, ServeError};
+use crate::protocol::{clip, InferRequest};
 
 /// Refuses (415) a body the server would misread: a media type other than JSON or
 /// binary tensor data, a character set other than UTF-8, or a content or transfer
@@ -101,15 +96,7 @@ pub async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<
     }
 }
 
-/// Decodes a V2 request body; large ones on the blocking pool (see
-/// [`OFFLOAD_DECODE_BYTES`]). The body is dropped as soon as it is decoded.
+/// Decodes a V2 request body, the binary extension's JSON length from its header.
 pub async fn decode(body: bytes::Bytes, headers: &HeaderMap) -> Result<InferRequest, ServeError> {
-    let json_len = header_usize(headers, HEADER_CONTENT_LENGTH)?;
-    if body.len() <= OFFLOAD_DECODE_BYTES {
-        return Ok(decode_request(&body, json_len)?);
-    }
-    tokio::task::spawn_blocking(move || decode_request(&body, json_len))
-        .await
-        .map_err(|e| ServeError::Internal(format!("decoding the request failed: {e}")))?
-        .map_err(ServeError::from)
+    decode_body(body, header_usize(headers, HEADER_CONTENT_LENGTH)?).await
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
 
@@ -13,11 +13,10 @@ use super::error::HttpError;
 use super::health::ModelPath;
 use super::metrics::Route;
 use super::response::{self, HEADER_CONTENT_LENGTH};
-use super::status::item_status;
+use super::status::http_status;
 use super::AppState;
-use crate::api::{InferCall, Inferred, ServeError};
-use crate::protocol::{encode_multi_status, encode_response, InferRequest, OutputOptions};
-use crate::serving::items::Answer;
+use crate::api::{EncodedAnswer, InferCall};
+use crate::protocol::InferRequest;
 use crate::serving::{EdgeLabel, Model};
 
 /// The REST edge's requests, counted by their HTTP status.
@@ -65,18 +64,13 @@ async fn answer(state: &AppState, call: &InferCall, headers: &HeaderMap, body: B
         }
     };
     let inferred = call.run(request).await?;
-    // A large answer takes milliseconds to encode: not on an async worker.
-    if inferred.output_bytes > OFFLOAD_ENCODE_BYTES {
-        let model = call.model().clone();
-        return tokio::task::spawn_blocking(move || encode(&model, inferred))
-            .await
-            .map_err(|e| {
-                let error = ServeError::Internal(format!("encoding the answer failed: {e}"));
-                call.failed(error.status(), &error);
-                error.into()
-            });
+    match EncodedAnswer::inferred_offloaded(call.model(), inferred).await {
+        Ok(encoded) => Ok(response(call.model(), encoded)),
+        Err(error) => {
+            call.failed(error.status(), &error);
+            Err(error.into())
+        }
     }
-    Ok(encode(call.model(), inferred))
 }
 
 /// The request in the body, if the edge can read it.
@@ -86,37 +80,14 @@ async fn read(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Infer
     Ok(decode(body, headers).await?)
 }
 
-/// Answers whose outputs hold more bytes than this are encoded on the blocking pool.
-const OFFLOAD_ENCODE_BYTES: usize = 256 * 1024;
-
-/// The HTTP answer to an inference.
-fn encode(model: &Model, inferred: Inferred) -> Response {
-    let Inferred {
-        answer, id, options, ..
-    } = inferred;
-    let (model_name, model_version) = (model.config.name.as_str(), model.config.version.as_str());
-    match answer {
-        Answer::Success(outputs) => success(model_name, model_version, id.as_deref(), &outputs, &options),
-        Answer::Failure(error) => response::error(item_status(&error), &error.message),
-        Answer::MultiStatus(results) => response::json(
-            StatusCode::MULTI_STATUS,
-            encode_multi_status(model_name, model_version, id.as_deref(), &results),
-        ),
-    }
-}
-
-fn success(
-    model_name: &str,
-    model_version: &str,
-    id: Option<&str>,
-    outputs: &[crate::model::tensor::Tensor],
-    options: &OutputOptions,
-) -> Response {
-    let encoded = encode_response(model_name, model_version, id, outputs, options);
+/// The HTTP answer to an inference: an answer with every output is marked with the
+/// model version that gave it.
+fn response(model: &Model, encoded: EncodedAnswer) -> Response {
+    let status = http_status(encoded.status);
     let mut response = match encoded.json_header_len {
-        None => response::json(StatusCode::OK, encoded.body),
+        None => response::json(status, encoded.body),
         Some(len) => {
-            let mut r = (StatusCode::OK, encoded.body).into_response();
+            let mut r = (status, encoded.body).into_response();
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/octet-stream"),
@@ -125,9 +96,11 @@ fn success(
             r
         }
     };
-    response
-        .headers_mut()
-        .insert("x-tensorplug-model-version", header_value(model_version));
+    if encoded.status == 200 {
+        response
+            .headers_mut()
+            .insert("x-tensorplug-model-version", header_value(&model.config.version));
+    }
     response
 }
 

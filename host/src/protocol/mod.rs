@@ -25,6 +25,7 @@ pub mod client;
 mod data;
 mod error;
 pub mod grpc;
+pub mod nats;
 pub mod limits;
 mod metadata;
 pub mod openai;

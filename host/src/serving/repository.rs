@@ -167,6 +167,9 @@ pub struct Repository {
     /// Loads (compile and init) under way at once: a few, so that one slow model does not
     /// hold up the others, and not more than the cores can compile.
     load_slots: Arc<tokio::sync::Semaphore>,
+    /// What besides the models readiness waits on (the queue edge's broker), by name: up
+    /// or not.
+    dependencies: std::sync::Mutex<BTreeMap<&'static str, bool>>,
 }
 
 impl Repository {
@@ -186,6 +189,7 @@ impl Repository {
             load_slots: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4)),
             )),
+            dependencies: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -451,7 +455,20 @@ impl Repository {
     /// live version (none is loading for the first time, none failed without one).
     /// Models unloaded on purpose do not count.
     pub fn all_ready(&self) -> bool {
-        !self.is_draining() && self.entries.load().values().all(|e| e.status.counts_as_ready())
+        !self.is_draining()
+            && self.entries.load().values().all(|e| e.status.counts_as_ready())
+            && self.dependencies.lock().map_or(true, |d| d.values().all(|&up| up))
+    }
+
+    /// Says whether `name`, something the server needs besides its models (a broker
+    /// connection), is up: the server is ready only while every dependency is.
+    pub fn set_dependency(&self, name: &'static str, up: bool) {
+        if let Ok(mut dependencies) = self.dependencies.lock() {
+            if dependencies.insert(name, up) == Some(up) {
+                return;
+            }
+        }
+        self.changed();
     }
 
     /// Whether `name` serves a version and the server is not draining.
@@ -534,6 +551,10 @@ mod tests {
             attempted: None,
         });
         assert!(repository.all_ready(), "unloaded on purpose does not count");
+        repository.set_dependency("broker", false);
+        assert!(!repository.all_ready(), "a dependency down");
+        repository.set_dependency("broker", true);
+        assert!(repository.all_ready(), "the dependency back");
         changes.mark_unchanged();
         repository.begin_drain();
         assert!(changes.has_changed().expect("sender alive"));
