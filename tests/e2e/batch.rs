@@ -37,7 +37,7 @@ impl Run {
     }
 }
 
-fn infer_command(args: &[String]) -> Command {
+pub(crate) fn infer_command(args: &[String]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tensorplug"));
     command
         .arg("infer")
@@ -49,11 +49,11 @@ fn infer_command(args: &[String]) -> Command {
     command
 }
 
-fn args(list: &[&str]) -> Vec<String> {
+pub(crate) fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
 
-fn read_lines(path: &Path) -> Vec<Value> {
+pub(crate) fn read_lines(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("answer line {l:?}: {e}")))
@@ -80,7 +80,7 @@ async fn infer(mut list: Vec<String>, output: &Path) -> Run {
     run
 }
 
-fn digits_file() -> String {
+pub(crate) fn digits_file() -> String {
     common::root()
         .join("tests/data/digits/test_requests.jsonl")
         .display()
@@ -88,7 +88,7 @@ fn digits_file() -> String {
 }
 
 /// The label and probabilities of a digits answer line.
-fn digits_answer(line: &Value) -> (i64, Vec<f32>) {
+pub(crate) fn digits_answer(line: &Value) -> (i64, Vec<f32>) {
     let outputs = line["outputs"]
         .as_array()
         .unwrap_or_else(|| panic!("no outputs: {line}"));
@@ -446,7 +446,7 @@ async fn retries_honour_retry_after_record_attempts_and_never_retry_a_client_err
 }
 
 /// Waits until OUTPUT holds at least `lines` complete lines (or the child exits).
-async fn wait_for_lines(path: &Path, lines: usize, child: &mut std::process::Child) {
+pub(crate) async fn wait_for_lines(path: &Path, lines: usize, child: &mut std::process::Child) {
     let started = Instant::now();
     loop {
         let written = std::fs::read(path)
@@ -464,7 +464,7 @@ async fn wait_for_lines(path: &Path, lines: usize, child: &mut std::process::Chi
     }
 }
 
-fn signal(child: &std::process::Child, name: &str) {
+pub(crate) fn signal(child: &std::process::Child, name: &str) {
     let sent = Command::new("kill")
         .args([name, &child.id().to_string()])
         .status()

@@ -6,6 +6,7 @@
 mod common;
 
 mod batch;
+mod batch_nats;
 mod batching;
 mod check;
 mod compat;
@@ -27,8 +28,8 @@ mod metadata;
 mod metrics;
 mod metrics_hostile;
 mod minilm;
-mod nats;
 mod mixed;
+mod nats;
 mod new;
 mod nn;
 mod nn_onnxruntime;

@@ -225,3 +225,374 @@ async fn nats_answers_are_rest_answers_byte_for_byte() {
     assert_eq!((info.num_ack_pending, info.num_redelivered), (0, 0));
     assert_eq!(stream_messages(&context).await, 0, "every request acknowledged or terminated");
 }
+
+/// The faulty model as the fault tests serve it: batches wait up to 20 ms to fill, so a
+/// replica always holds messages mid-batch.
+fn slowish() -> String {
+    faulty_config("max_batch_size = 16\nmax_queue_delay_us = 20000", "")
+}
+
+/// Flags of a replica in the fault tests: a short ack wait, so that what a dead replica
+/// held is delivered again within the test's time.
+const FAULT_FLAGS: &[&str] = &["--nats-ack-wait-ms", "1500", "--nats-pull-batch", "32"];
+
+/// Publishes `count` requests for the faulty model (`x = i`, id `<tag>-<i>`), one every
+/// `pace`, from a task; resolves to their ids once every one is kept by the stream.
+fn produce(context: async_nats::jetstream::Context, tag: &str, count: usize, pace: Duration) -> tokio::task::JoinHandle<Vec<String>> {
+    let tag = tag.to_owned();
+    tokio::spawn(async move {
+        let mut ids = Vec::with_capacity(count);
+        for i in 0..count {
+            let id = format!("{tag}-{i}");
+            let mut request = items_request(&[i as f32]);
+            request["id"] = json!(id);
+            publish(&context, "tensorplug.infer.faulty", header(&id), serde_json::to_vec(&request).unwrap()).await;
+            ids.push(id);
+            tokio::time::sleep(pace).await;
+        }
+        ids
+    })
+}
+
+/// Checks the answer of every one of `ids` is the right one: `y = 2 x` for request
+/// `<tag>-<i>`.
+fn assert_correct(ids: &[String], answers: &HashMap<String, Vec<crate::common::nats::Answer>>) {
+    for id in ids {
+        let all = &answers[id];
+        let i: f32 = id.rsplit('-').next().unwrap().parse().unwrap();
+        let body: Value = serde_json::from_slice(&all[0].body).unwrap();
+        assert_eq!(all[0].status, 200, "{id}: {body}");
+        assert_eq!(body["id"], json!(id));
+        assert_eq!(body["outputs"][0]["data"], json!([2.0 * i]), "{id}");
+    }
+}
+
+const FAULT_REQUESTS: usize = 600;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_lost_when_the_broker_restarts() {
+    let mut broker = Broker::start();
+    let repository = repository(&slowish());
+    let server = replica(repository.path(), &broker, FAULT_FLAGS).await;
+    let (_client, context) = connect(&broker).await;
+    let producer = produce(context.clone(), "restart", FAULT_REQUESTS, Duration::from_millis(2));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    broker.kill();
+    // Readiness follows the broker connection (--nats-readiness required, the default).
+    let started = Instant::now();
+    loop {
+        let ready = server.client.get(server.url("/v2/health/ready")).send().await.unwrap().status();
+        if ready == 503 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "still ready without the broker");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    broker.restart();
+    let ids = producer.await.unwrap();
+    let kept = answers(&context, "tensorplug.answers.faulty", &ids, Duration::from_secs(60)).await;
+    let counted = tally(&ids, &kept);
+    eprintln!("broker restart: {counted:?}");
+    assert_eq!((counted.sent, counted.answered, counted.lost), (FAULT_REQUESTS, FAULT_REQUESTS, 0));
+    assert_correct(&ids, &kept);
+    let ready = server.client.get(server.url("/v2/health/ready")).send().await.unwrap().status();
+    assert_eq!(ready, 200, "ready again with the broker back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_lost_when_a_replica_is_killed_mid_batch() {
+    let broker = Broker::start();
+    let repository = repository(&slowish());
+    let doomed = replica(repository.path(), &broker, FAULT_FLAGS).await;
+    let survivor = replica(repository.path(), &broker, FAULT_FLAGS).await;
+    let (_client, context) = connect(&broker).await;
+    let producer = produce(context.clone(), "kill", FAULT_REQUESTS, Duration::from_millis(2));
+    // Mid-stream, while it holds messages in a batch: SIGKILL (drop kills).
+    let started = Instant::now();
+    loop {
+        let metrics = scrape_process(&doomed).await;
+        if metrics.value("tensorplug_nats_in_flight_messages", &[]) > 0.0 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the replica never held a message");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(doomed);
+    let ids = producer.await.unwrap();
+    let kept = answers(&context, "tensorplug.answers.faulty", &ids, Duration::from_secs(60)).await;
+    let counted = tally(&ids, &kept);
+    eprintln!("replica killed: {counted:?}");
+    assert_eq!((counted.sent, counted.answered, counted.lost), (FAULT_REQUESTS, FAULT_REQUESTS, 0));
+    assert_correct(&ids, &kept);
+    let metrics = scrape_process(&survivor).await;
+    eprintln!(
+        "survivor: redeliveries {}",
+        metrics.value("tensorplug_nats_redeliveries_total", &[])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_lost_when_a_replica_drains_on_sigterm() {
+    let broker = Broker::start();
+    let repository = repository(&slowish());
+    let mut drained = replica(repository.path(), &broker, FAULT_FLAGS).await;
+    let _other = replica(repository.path(), &broker, FAULT_FLAGS).await;
+    let (_client, context) = connect(&broker).await;
+    let producer = produce(context.clone(), "drain", FAULT_REQUESTS, Duration::from_millis(2));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    drained.terminate();
+    let exit = drained.wait_exit(Duration::from_secs(30)).await.expect("drained and exited");
+    assert!(exit.success(), "{exit:?}");
+    assert!(
+        drained.log().iter().any(|l| l.contains("stopped consuming from NATS")),
+        "{:?}",
+        drained.log()
+    );
+    let ids = producer.await.unwrap();
+    let kept = answers(&context, "tensorplug.answers.faulty", &ids, Duration::from_secs(60)).await;
+    let counted = tally(&ids, &kept);
+    eprintln!("replica drained: {counted:?}");
+    assert_eq!((counted.sent, counted.answered, counted.lost, counted.duplicated), (FAULT_REQUESTS, FAULT_REQUESTS, 0, 0));
+    assert_correct(&ids, &kept);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_messages_are_answered_as_rest_answers_them_and_never_delivered_again() {
+    let broker = Broker::start();
+    let repository = repository(&faulty_config("max_batch_size = 8", ""));
+    let limit = 64 * 1024;
+    let server = replica(repository.path(), &broker, &["--max-body-bytes", &limit.to_string()]).await;
+    let (client, context) = connect(&broker).await;
+    let mut rx = inbox(&client, "_INBOX.hostile").await;
+    let huge = {
+        let mut request = items_request(&vec![1.0; 40_000]);
+        request["id"] = json!("huge");
+        serde_json::to_vec(&request).unwrap()
+    };
+    // (subject, body, extra headers, the REST path to compare with, the status)
+    let cases: Vec<(&str, Vec<u8>, Vec<(&str, &str)>, &str, u16)> = vec![
+        ("tensorplug.infer.faulty", b"{not json".to_vec(), vec![], "/v2/models/faulty/infer", 400),
+        ("tensorplug.infer.faulty", huge.clone(), vec![], "/v2/models/faulty/infer", 413),
+        ("tensorplug.infer.nosuch", b"{}".to_vec(), vec![], "/v2/models/nosuch/infer", 404),
+        ("tensorplug.infer.faulty", vec![], vec![], "/v2/models/faulty/infer", 400),
+        (
+            "tensorplug.infer.faulty",
+            b"{\"inputs\":[]}".to_vec(),
+            vec![("Inference-Header-Content-Length", "999999")],
+            "",
+            400,
+        ),
+        (
+            "tensorplug.infer.faulty",
+            b"{}".to_vec(),
+            vec![("Inference-Header-Content-Length", "twelve")],
+            "",
+            400,
+        ),
+        ("tensorplug.infer.faulty", vec![0xff, 0xfe, 0x00], vec![], "/v2/models/faulty/infer", 400),
+    ];
+    for (i, (subject, body, extra, _, _)) in cases.iter().enumerate() {
+        let mut headers = HeaderMap::new();
+        headers.insert("Tensorplug-Reply-To", format!("_INBOX.hostile.{i}").as_str());
+        for (name, value) in extra {
+            headers.insert(*name, *value);
+        }
+        publish(&context, subject, headers, body.clone()).await;
+    }
+    let got = receive_all(&mut rx, cases.len(), Duration::from_secs(20)).await;
+    for (i, (_, body, _, path, status)) in cases.iter().enumerate() {
+        let (answered, answer, _) = got.get(&i.to_string()).unwrap_or_else(|| panic!("case {i} unanswered"));
+        assert_eq!(answered, status, "case {i}: {}", String::from_utf8_lossy(answer));
+        let error: Value = serde_json::from_slice(answer).expect("a JSON error body");
+        assert!(error["error"].is_string(), "{error}");
+        if !path.is_empty() {
+            let (rest_status, rest_body) = rest(&server, path, body, None).await;
+            assert_eq!((*answered, answer), (rest_status, &rest_body), "case {i}: as REST answers");
+        }
+    }
+    // A reply subject that cannot be published to: answered on the default subject.
+    let mut headers = header("bad-reply");
+    headers.insert("Tensorplug-Reply-To", "a.*.b");
+    publish(&context, "tensorplug.infer.faulty", headers, serde_json::to_vec(&items_request(&[1.0])).unwrap()).await;
+    let kept = answers(&context, "tensorplug.answers.faulty", &["bad-reply".into()], Duration::from_secs(20)).await;
+    assert_eq!(kept["bad-reply"][0].status, 400);
+    assert!(String::from_utf8_lossy(&kept["bad-reply"][0].body).contains("Tensorplug-Reply-To"));
+
+    // A flood of them: answered and terminated, none delivered again, memory bounded.
+    let before = server.rss_kib();
+    let flood = 1500;
+    let mut acks = Vec::with_capacity(flood);
+    for i in 0..flood {
+        let (subject, body) = match i % 3 {
+            0 => ("tensorplug.infer.faulty", huge.clone()),
+            1 => ("tensorplug.infer.faulty", b"{\"inputs\": [".to_vec()),
+            _ => ("tensorplug.infer.nosuch", b"{}".to_vec()),
+        };
+        acks.push(
+            context
+                .publish_with_headers(subject, header(&format!("flood-{i}")), body.into())
+                .await
+                .expect("publish"),
+        );
+    }
+    for ack in acks {
+        ack.await.expect("kept");
+    }
+    let started = Instant::now();
+    let mut peak = before;
+    while stream_messages(&context).await > 0 {
+        peak = peak.max(server.rss_kib());
+        assert!(started.elapsed() < Duration::from_secs(60), "the flood was not worked off");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    peak = peak.max(server.rss_kib());
+    let info = consumer_info(&context).await;
+    let metrics = scrape_process(&server).await;
+    let terminated = metrics.value("tensorplug_nats_messages_total", &[("outcome", "terminated")]);
+    eprintln!(
+        "hostile flood: {flood} messages ({} MB), RSS {before} -> peak {peak} KiB, terminated {terminated}, redelivered {}",
+        flood / 3 * huge.len() / 1_000_000,
+        info.num_redelivered
+    );
+    assert_eq!((info.num_ack_pending, info.num_redelivered), (0, 0));
+    assert_eq!(metrics.value_or_zero("tensorplug_nats_redeliveries_total", &[]), 0.0);
+    assert!(terminated >= flood as f64, "{terminated}");
+    assert!(peak - before < 64 * 1024, "RSS grew {} KiB under the flood", peak - before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_no_replica_answers_is_answered_after_its_last_delivery() {
+    use async_nats::jetstream::consumer;
+    let broker = Broker::start();
+    let repository = repository(&faulty_config("max_batch_size = 8", ""));
+    let (_client, context) = connect(&broker).await;
+    // The consumer as the server makes it, with two deliveries of three seconds each.
+    let flags = ["--nats-ack-wait-ms", "3000", "--nats-max-deliver", "2"];
+    let stream = context
+        .get_or_create_stream(async_nats::jetstream::stream::Config {
+            name: "TENSORPLUG_INFER".into(),
+            subjects: vec!["tensorplug.infer.>".into()],
+            retention: async_nats::jetstream::stream::RetentionPolicy::WorkQueue,
+            storage: async_nats::jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let rogue: consumer::PullConsumer = stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("tensorplug".into()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(3),
+            max_deliver: 2,
+            filter_subject: "tensorplug.infer.>".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut request = items_request(&[1.0]);
+    request["id"] = json!("doomed");
+    publish(&context, "tensorplug.infer.faulty", header("m-1"), serde_json::to_vec(&request).unwrap()).await;
+    // A replica that takes the message and dies before answering, twice: its every delivery.
+    for delivery in 1..=2 {
+        let mut batch = rogue
+            .batch()
+            .max_messages(1)
+            .expires(Duration::from_secs(5))
+            .messages()
+            .await
+            .unwrap();
+        let message = batch.next().await.expect("delivered").unwrap();
+        assert_eq!(message.info().unwrap().delivered, delivery);
+    }
+    // Now a real replica, which hears the broker give the message up.
+    let server = replica(repository.path(), &broker, &flags).await;
+    let kept = answers(&context, "tensorplug.answers.faulty", &["doomed".into()], Duration::from_secs(20)).await;
+    let answer = &kept.get("doomed").unwrap_or_else(|| panic!("no answer: {:#?}", server.log()))[0];
+    let text = String::from_utf8_lossy(&answer.body);
+    assert_eq!(answer.status, 500, "{text}");
+    assert!(text.contains("not answered after 2 deliveries"), "{text}");
+    assert_eq!(stream_messages(&context).await, 0, "removed from the stream");
+    let metrics = scrape_process(&server).await;
+    assert_eq!(metrics.value("tensorplug_nats_messages_total", &[("outcome", "given_up")]), 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_hands_messages_back_until_there_is_room() {
+    let broker = Broker::start();
+    // One instance, one item at a time, a queue of one: the rest is refused 503.
+    let repository = repository(&faulty_config("max_batch_size = 1\nmax_queue_size = 1", "instances = 1"));
+    let server = replica(
+        repository.path(),
+        &broker,
+        &["--nats-nak-delay-ms", "200", "--nats-max-deliver", "100"],
+    )
+    .await;
+    let (_client, context) = connect(&broker).await;
+    // -9 sleeps three seconds in the instance: everything behind it finds the queue full.
+    let mut sleeper = items_request(&[-9.0]);
+    sleeper["id"] = json!("sleeper");
+    publish(&context, "tensorplug.infer.faulty", header("sleeper"), serde_json::to_vec(&sleeper).unwrap()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ids = produce(context.clone(), "full", 20, Duration::ZERO).await.unwrap();
+    let kept = answers(&context, "tensorplug.answers.faulty", &ids, Duration::from_secs(60)).await;
+    let counted = tally(&ids, &kept);
+    assert_eq!((counted.answered, counted.lost), (20, 0), "{counted:?}");
+    assert_correct(&ids, &kept);
+    let metrics = scrape_process(&server).await;
+    let retried = metrics.value("tensorplug_nats_messages_total", &[("outcome", "retried")]);
+    eprintln!("full queue: 20 answered 200 after {retried} hand-backs");
+    assert!(retried > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_of_100k_requests_stays_in_the_stream_not_in_memory() {
+    let broker = Broker::start();
+    // Slow: a batch waits 50 ms for 8 items, and the replica holds 4 at once.
+    let repository = repository(&faulty_config("max_batch_size = 8\nmax_queue_delay_us = 50000", "instances = 1"));
+    let server = replica(repository.path(), &broker, &["--nats-pull-batch", "4"]).await;
+    let (_client, context) = connect(&broker).await;
+    let backlog = 100_000;
+    let body = serde_json::to_vec(&items_request(&[1.0])).unwrap();
+    let before = server.rss_kib();
+    let started = Instant::now();
+    for chunk in 0..backlog / 1000 {
+        let mut acks = Vec::with_capacity(1000);
+        for i in 0..1000 {
+            acks.push(
+                context
+                    .publish_with_headers(
+                        "tensorplug.infer.faulty",
+                        header(&format!("b-{}", chunk * 1000 + i)),
+                        body.clone().into(),
+                    )
+                    .await
+                    .expect("publish"),
+            );
+        }
+        for ack in acks {
+            ack.await.expect("kept");
+        }
+    }
+    let published = started.elapsed();
+    let mut samples = Vec::new();
+    let mut peak_in_flight = 0.0f64;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        samples.push(server.rss_kib());
+        let metrics = scrape_process(&server).await;
+        peak_in_flight = peak_in_flight.max(metrics.value("tensorplug_nats_in_flight_messages", &[]));
+    }
+    let info = consumer_info(&context).await;
+    let peak = samples.iter().copied().max().unwrap_or(before);
+    eprintln!(
+        "backlog: {backlog} published in {published:?}; RSS {before} KiB before, peak {peak} KiB over 5 s; \
+         in flight at most {peak_in_flight}; still pending {} (acked so far {})",
+        info.num_pending,
+        info.ack_floor.stream_sequence
+    );
+    assert!(peak_in_flight <= 4.0, "{peak_in_flight}");
+    assert!(info.num_pending > 90_000, "the backlog stays in the stream: {}", info.num_pending);
+    assert!(info.num_ack_pending <= 4, "{}", info.num_ack_pending);
+    assert!(peak - before < 32 * 1024, "RSS grew {} KiB with 100k requests queued", peak - before);
+}

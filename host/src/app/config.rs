@@ -10,8 +10,8 @@ pub use crate::api::repository::{ModelControl, RepositoryApi};
 use crate::app::new::{NewLanguage, NewProject, NewStage};
 use crate::app::telemetry::LogFormat;
 pub use crate::batch::TransportKind;
-pub use crate::nats::Readiness;
 use crate::nats::NatsSettings;
+pub use crate::nats::Readiness;
 
 /// An inference server whose models are sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -99,7 +99,8 @@ pub struct InferConfig {
     #[arg(short = 'o', long = "output-data-path", env = "TENSORPLUG_INFER_OUTPUT_DATA_PATH")]
     pub output_data_path: PathBuf,
 
-    /// The server: `host:port` (as mlserver infer takes it) or a URL. Without it, the
+    /// The server: `host:port` (as mlserver infer takes it) or a URL (`http://...`;
+    /// with --transport nats, the NATS server's `nats://host:port`). Without it, the
     /// model runs in this process, from --repository.
     #[arg(short = 'u', long, env = "TENSORPLUG_INFER_URL", conflicts_with = "repository")]
     pub url: Option<String>,
@@ -108,7 +109,8 @@ pub struct InferConfig {
     #[arg(long)]
     pub repository: Option<PathBuf>,
 
-    /// With --url: `rest` (HTTP/1.1, JSON or --binary-data) or `grpc`.
+    /// With --url: `rest` (HTTP/1.1, JSON or --binary-data), `grpc` or `nats` (NATS
+    /// JetStream, to a server started with --nats-url; lines are sent one by one).
     #[arg(short = 't', long, env = "TENSORPLUG_INFER_TRANSPORT", value_enum, default_value_t = TransportKind::Rest)]
     pub transport: TransportKind,
 
@@ -169,6 +171,15 @@ pub struct InferConfig {
     #[arg(short = 'q', long)]
     pub quiet: bool,
 
+    /// With --transport nats: requests are published on `<prefix>.<model>` (or
+    /// `<prefix>.<model>.<version>`); the server's --nats-subject-prefix.
+    #[arg(
+        long = "nats-subject-prefix",
+        env = "TENSORPLUG_INFER_NATS_SUBJECT_PREFIX",
+        default_value = "tensorplug.infer"
+    )]
+    pub nats_subject_prefix: String,
+
     /// More log lines on standard error: -v retries and failed lines, -vv details.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -211,6 +222,7 @@ impl InferConfig {
             window: self.window.map(|w| usize::try_from(w).unwrap_or(usize::MAX)),
             max_line_bytes: usize::try_from(self.max_line_bytes).unwrap_or(usize::MAX),
             quiet: self.quiet,
+            nats_subject_prefix: self.nats_subject_prefix.clone(),
         }
     }
 
@@ -489,21 +501,37 @@ pub struct NatsArgs {
     pub url: Option<String>,
 
     /// The stream holding the requests (work-queue retention; created if missing).
-    #[arg(long = "nats-stream", env = "TENSORPLUG_NATS_STREAM", default_value = "TENSORPLUG_INFER")]
+    #[arg(
+        long = "nats-stream",
+        env = "TENSORPLUG_NATS_STREAM",
+        default_value = "TENSORPLUG_INFER"
+    )]
     pub stream: String,
 
     /// Requests go to `<prefix>.<model>` or `<prefix>.<model>.<version>`.
-    #[arg(long = "nats-subject-prefix", env = "TENSORPLUG_NATS_SUBJECT_PREFIX", default_value = "tensorplug.infer")]
+    #[arg(
+        long = "nats-subject-prefix",
+        env = "TENSORPLUG_NATS_SUBJECT_PREFIX",
+        default_value = "tensorplug.infer"
+    )]
     pub subject_prefix: String,
 
     /// Answers go to `<prefix>.<model>`, unless a request's `Tensorplug-Reply-To` header
     /// names its own subject.
-    #[arg(long = "nats-answer-prefix", env = "TENSORPLUG_NATS_ANSWER_PREFIX", default_value = "tensorplug.answers")]
+    #[arg(
+        long = "nats-answer-prefix",
+        env = "TENSORPLUG_NATS_ANSWER_PREFIX",
+        default_value = "tensorplug.answers"
+    )]
     pub answer_prefix: String,
 
     /// The stream keeping answers (`<answer prefix>.>`; created if missing); empty: none is
     /// created.
-    #[arg(long = "nats-answer-stream", env = "TENSORPLUG_NATS_ANSWER_STREAM", default_value = "TENSORPLUG_ANSWERS")]
+    #[arg(
+        long = "nats-answer-stream",
+        env = "TENSORPLUG_NATS_ANSWER_STREAM",
+        default_value = "TENSORPLUG_ANSWERS"
+    )]
     pub answer_stream: String,
 
     /// How long the answer stream keeps an answer, in seconds (when the server creates it).
@@ -512,7 +540,11 @@ pub struct NatsArgs {
     pub answer_max_age_secs: u64,
 
     /// The durable pull consumer every replica shares (work-queue: each message goes to one).
-    #[arg(long = "nats-consumer", env = "TENSORPLUG_NATS_CONSUMER", default_value = "tensorplug")]
+    #[arg(
+        long = "nats-consumer",
+        env = "TENSORPLUG_NATS_CONSUMER",
+        default_value = "tensorplug"
+    )]
     pub consumer: String,
 
     /// How long a delivered message may go unacknowledged before it is delivered again, to

@@ -13,7 +13,7 @@ use super::group::LineGrouper;
 use super::input::{self, InputSource, ReadContext};
 use super::interrupt::{resume_command, wait_or_interrupt};
 use super::line::AnswerLine;
-use super::options::Options;
+use super::options::{Options, Target, TransportKind};
 use super::output::{self, OutputSink};
 use super::progress::{Counters, Progress};
 use super::resume::{self, DoneSet, ResumeError, ResumeState};
@@ -99,13 +99,26 @@ async fn run_job(options: Options) -> Result<i32, BatchError> {
     report(&options, &counters, started, read, written, interrupted)
 }
 
-/// Lines per group: `--batch-size`, or 1 when the model takes no batch dimension.
+/// Lines per group: `--batch-size`, or 1 when the model takes no batch dimension (or,
+/// over NATS, when nothing can tell whether it does).
 fn batch_size(options: &Options, info: &ModelInfo) -> usize {
     if options.batch_size > 1 && !info.batches {
-        tracing::warn!(
-            model = %clip(&options.model),
-            "the model takes no batch dimension: lines are sent one by one (--batch-size ignored)"
+        let over_nats = matches!(
+            options.target,
+            Target::Server {
+                transport: TransportKind::Nats,
+                ..
+            }
         );
+        if over_nats {
+            // Not the model's fault: NATS has no metadata route to ask it.
+            tracing::info!("--batch-size has no effect over NATS: lines are sent one by one");
+        } else {
+            tracing::warn!(
+                model = %clip(&options.model),
+                "the model takes no batch dimension: lines are sent one by one (--batch-size ignored)"
+            );
+        }
         1
     } else {
         options.batch_size

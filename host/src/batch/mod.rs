@@ -1,6 +1,7 @@
 //! `tensorplug infer`: batch inference over a file of requests, one JSON object a line,
-//! against a server (REST JSON, REST binary, gRPC) or in-process (the same repository,
-//! batcher and pipeline as `serve`, with no socket); one answer line per input line.
+//! against a server (REST JSON, REST binary, gRPC, NATS JetStream) or in-process (the
+//! same repository, batcher and pipeline as `serve`, with no socket); one answer line per
+//! input line.
 //!
 //! The pipeline, every stage joined by a bounded channel:
 //!
@@ -33,7 +34,7 @@
 //! - `merge`: merging a group into one request, splitting its reply → `line`, `transport`
 //! - `group`: groups of compatible lines for the workers → `line`
 //! - `resume`: `--resume`'s reading back of OUTPUT → `line_reader`
-//! - `transport`: REST, gRPC, in-process → `options`, `retry`
+//! - `transport`: REST, gRPC, NATS, in-process → `options`, `retry`
 //! - `retry`: which failures are retried, and when → `random`
 //! - `progress`: the progress display and the summary → `options`
 //! - leaves: `options` (the flags), `line` (a line's types: `Line`, `LineOutcome`,

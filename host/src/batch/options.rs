@@ -36,6 +36,9 @@ pub struct Options {
     pub max_line_bytes: usize,
     /// No progress display.
     pub quiet: bool,
+    /// NATS: requests are published on `<prefix>.<model>[.<version>]` (the server's
+    /// `--nats-subject-prefix`).
+    pub nats_subject_prefix: String,
 }
 
 /// Where the requests go.
@@ -58,4 +61,7 @@ pub enum TransportKind {
     Rest,
     /// `inference.GRPCInferenceService/ModelInfer`, raw tensor contents.
     Grpc,
+    /// NATS JetStream: REST bodies published to the stream a `tensorplug serve
+    /// --nats-url` consumes, answers on this run's inbox.
+    Nats,
 }

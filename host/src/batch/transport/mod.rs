@@ -1,10 +1,12 @@
-//! How a request reaches the model: REST (JSON, or binary tensor data), gRPC, or
-//! in-process. Each takes an [`InferRequest`] and gives back a [`Reply`] (an answer with
-//! outputs or per-item outcomes) or a [`Failure`] of the whole request, saying whether a
-//! retry could help; and before the run, checks that the model is there ([`ModelInfo`]).
+//! How a request reaches the model: REST (JSON, or binary tensor data), gRPC, NATS
+//! JetStream, or in-process. Each takes an [`InferRequest`] and gives back a [`Reply`] (an
+//! answer with outputs or per-item outcomes) or a [`Failure`] of the whole request, saying
+//! whether a retry could help; and before the run, checks that the model is there
+//! ([`ModelInfo`]). REST and NATS answer with the same bodies, read by [`rest_reply`].
 
 mod grpc;
 pub(crate) mod local;
+mod nats;
 mod rest;
 
 use std::time::Duration;
@@ -12,6 +14,7 @@ use std::time::Duration;
 use super::options::{Options, Target, TransportKind};
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Tensor;
+use crate::protocol::client::{decode_answer, ServerAnswer};
 use crate::protocol::InferRequest;
 
 /// Why the run cannot start: the model is not there, the server cannot be reached, a
@@ -108,10 +111,12 @@ impl Failure {
     }
 }
 
-/// One of the three ways to reach the model.
+/// One of the four ways to reach the model.
 pub(crate) enum Transport {
     Rest(rest::Rest),
     Grpc(grpc::Grpc),
+    /// Boxed: its JetStream context makes it twice the others' size.
+    Nats(Box<nats::Nats>),
     Local(local::Local),
 }
 
@@ -134,6 +139,10 @@ impl Transport {
                 }
                 Ok(Transport::Grpc(grpc::Grpc::connect(url, options).await?))
             }
+            Target::Server {
+                url,
+                transport: TransportKind::Nats,
+            } => Ok(Transport::Nats(Box::new(nats::Nats::connect(url, options).await?))),
             Target::InProcess { repository, cache_dir } => Ok(Transport::Local(
                 local::Local::load(repository, cache_dir.as_deref(), options).await?,
             )),
@@ -144,6 +153,7 @@ impl Transport {
         match self {
             Transport::Rest(t) => &t.info,
             Transport::Grpc(t) => &t.info,
+            Transport::Nats(t) => &t.info,
             Transport::Local(t) => &t.info,
         }
     }
@@ -156,7 +166,7 @@ impl Transport {
     pub(crate) fn in_process(&self) -> Option<&local::Local> {
         match self {
             Transport::Local(local) => Some(local),
-            Transport::Rest(_) | Transport::Grpc(_) => None,
+            Transport::Rest(_) | Transport::Grpc(_) | Transport::Nats(_) => None,
         }
     }
 
@@ -165,15 +175,57 @@ impl Transport {
         match self {
             Transport::Rest(t) => t.infer(request).await,
             Transport::Grpc(t) => t.infer(request).await,
+            Transport::Nats(t) => t.infer(request).await,
             Transport::Local(t) => t.infer(request).await,
         }
     }
 
     /// Lets go of connections; in-process, stops the model's instances.
     pub(crate) async fn close(&self) {
-        if let Transport::Local(local) = self {
-            local.close().await;
+        match self {
+            Transport::Local(local) => local.close().await,
+            Transport::Nats(nats) => nats.close().await,
+            Transport::Rest(_) | Transport::Grpc(_) => {}
         }
+    }
+}
+
+/// A REST answer read as the run reads it: a 200's outputs, a 207's per-item outcomes, or
+/// the whole request's failure for any other `status` (with the server's `retry_after`,
+/// if it gave one). `json_header_len`: the answer's `Inference-Header-Content-Length`.
+/// One reading for REST and NATS, whose answers are the same bodies under the same
+/// statuses, so that a line gets the same answer line over either.
+pub(crate) fn rest_reply(
+    status: u16,
+    body: &[u8],
+    json_header_len: Option<usize>,
+    retry_after: Option<Duration>,
+) -> Result<Reply, Failure> {
+    match decode_answer(status, body, json_header_len) {
+        Ok(ServerAnswer::Success {
+            model_name,
+            model_version,
+            outputs,
+            ..
+        }) => Ok(Reply::Success {
+            model_name,
+            model_version,
+            outputs,
+        }),
+        Ok(ServerAnswer::MultiStatus {
+            model_name,
+            model_version,
+            results,
+        }) => Ok(Reply::Items {
+            model_name,
+            model_version,
+            results,
+        }),
+        Ok(ServerAnswer::Error { message }) => Err(Failure::answered(status, message, retry_after)),
+        Err(error) => Err(Failure::no_answer(
+            format!("the server's answer (HTTP {status}) could not be read: {error}"),
+            false,
+        )),
     }
 }
 
@@ -230,5 +282,44 @@ mod tests {
         );
         assert!(parse_headers(&["no colon".into()]).is_err());
         assert!(parse_headers(&[": v".into()]).is_err());
+    }
+
+    #[test]
+    fn a_rest_answer_is_outputs_outcomes_or_a_failure() {
+        let success = br#"{"model_name":"m","model_version":"2","outputs":[
+            {"name":"y","datatype":"INT64","shape":[1],"data":[7]}]}"#;
+        match rest_reply(200, success, None, None) {
+            Ok(Reply::Success {
+                model_name,
+                model_version,
+                outputs,
+            }) => {
+                assert_eq!((model_name.as_str(), model_version.as_str()), ("m", "2"));
+                assert_eq!(outputs.len(), 1);
+            }
+            other => panic!("{other:?}"),
+        }
+        let multi = br#"{"model_name":"m","model_version":"2","results":[
+            {"status":200,"outputs":[{"name":"y","datatype":"INT64","shape":[1,1],"data":[7]}]},
+            {"status":400,"error":"bad item"}]}"#;
+        match rest_reply(207, multi, None, None) {
+            Ok(Reply::Items { results, .. }) => {
+                assert!(results[0].is_ok());
+                assert_eq!(
+                    results[1].as_ref().map(drop).map_err(|e| e.message.as_str()),
+                    Err("bad item")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let wait = Some(Duration::from_secs(2));
+        assert_eq!(
+            rest_reply(503, br#"{"error":"loading"}"#, None, wait),
+            Err(Failure::answered(503, "loading".into(), wait))
+        );
+        assert!(!rest_reply(400, br#"{"error":"no"}"#, None, None).unwrap_err().retryable);
+        let garbled = rest_reply(200, b"not json", None, None).unwrap_err();
+        assert_eq!((garbled.status, garbled.retryable), (502, false));
+        assert!(garbled.message.contains("could not be read"), "{}", garbled.message);
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 
-use super::{base_url, parse_headers, setup_backoff, Failure, ModelInfo, Reply, SetupError};
+use super::{base_url, parse_headers, rest_reply, setup_backoff, Failure, ModelInfo, Reply, SetupError};
 use crate::batch::options::Options;
 use crate::batch::retry::parse_retry_after;
 use crate::protocol::client::{decode_answer, encode_request, BodyForm, ServerAnswer};
@@ -91,32 +91,7 @@ impl Rest {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse().ok());
         let body = response.bytes().await.map_err(|e| self.failed(&e))?;
-        match decode_answer(status, &body, json_header_len) {
-            Ok(ServerAnswer::Success {
-                model_name,
-                model_version,
-                outputs,
-                ..
-            }) => Ok(Reply::Success {
-                model_name,
-                model_version,
-                outputs,
-            }),
-            Ok(ServerAnswer::MultiStatus {
-                model_name,
-                model_version,
-                results,
-            }) => Ok(Reply::Items {
-                model_name,
-                model_version,
-                results,
-            }),
-            Ok(ServerAnswer::Error { message }) => Err(Failure::answered(status, message, retry_after)),
-            Err(error) => Err(Failure::no_answer(
-                format!("the server's answer (HTTP {status}) could not be read: {error}"),
-                false,
-            )),
-        }
+        rest_reply(status, &body, json_header_len, retry_after)
     }
 
     /// A request that got no answer: timed out, or the connection failed (both retried).
