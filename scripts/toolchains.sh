@@ -35,6 +35,7 @@ PODMAN_DEB_VERSION="4.3.1+ds1-8+deb12u1+b3"
 BUILDAH_DEB_VERSION="1.28.2+ds1-3+deb12u1+b3"
 RUNC_DEB_VERSION="1.1.5+ds1-1+deb12u1"
 HAPROXY_DEB_VERSION="2.6.12-1+deb12u3"
+NATS_SERVER_DEB_VERSION="2.9.10-1+b3"
 
 fail() {
     printf 'toolchains: %s\n' "$*" >&2
@@ -80,11 +81,15 @@ need_image() {
 need_balancer() {
     debs+=("haproxy=$HAPROXY_DEB_VERSION")
 }
+# The queue edge's tests run a real NATS server with JetStream.
+need_broker() {
+    debs+=("nats-server=$NATS_SERVER_DEB_VERSION")
+}
 
 languages=("$@")
-[[ ${#languages[@]} -gt 0 ]] || languages=(c cpp python js image balancer)
+[[ ${#languages[@]} -gt 0 ]] || languages=(c cpp python js image balancer broker)
 for language in "${languages[@]}"; do
-    declare -F "need_$language" >/dev/null || fail "unknown language '$language' (known: c cpp python js image balancer)"
+    declare -F "need_$language" >/dev/null || fail "unknown language '$language' (known: c cpp python js image balancer broker)"
     "need_$language"
 done
 

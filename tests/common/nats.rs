@@ -58,7 +58,7 @@ impl Broker {
             ),
         )
         .expect("nats.conf");
-        let child = Command::new("nats-server")
+        let child = Command::new(nats_server_binary())
             .arg("-c")
             .arg(&config)
             .stdin(Stdio::null())
@@ -69,10 +69,27 @@ impl Broker {
         self.child = Some(child);
         let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(20), "nats-server did not listen");
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "nats-server did not listen"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// `nats-server` on the PATH, else where Debian's package puts it (/usr/sbin, which a
+/// user's PATH may lack).
+fn nats_server_binary() -> std::path::PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .unwrap_or_default();
+    on_path
+        .into_iter()
+        .chain(["/usr/sbin".into(), "/usr/bin".into()])
+        .map(|dir| dir.join("nats-server"))
+        .find(|binary| binary.is_file())
+        .unwrap_or_else(|| "nats-server".into())
 }
 
 impl Drop for Broker {
@@ -107,7 +124,10 @@ pub async fn publish(context: &jetstream::Context, subject: &str, headers: async
         match sent {
             Ok(()) => return,
             Err(error) => {
-                assert!(started.elapsed() < Duration::from_secs(60), "publish kept failing: {error}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "publish kept failing: {error}"
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -166,7 +186,9 @@ pub async fn answers(
         let headers = message.headers.clone().unwrap_or_default();
         let header = |name: &str| headers.get(name).map(|v| v.as_str().to_owned());
         let id = header("Tensorplug-Request-Id").expect("an answer names its request");
-        let status = header("Tensorplug-Status").and_then(|s| s.parse().ok()).expect("status");
+        let status = header("Tensorplug-Status")
+            .and_then(|s| s.parse().ok())
+            .expect("status");
         found.entry(id).or_default().push(Answer {
             status,
             body: message.payload.to_vec(),
@@ -207,15 +229,18 @@ pub fn tally(ids: &[String], answers: &HashMap<String, Vec<Answer>>) -> Tally {
 
 /// The consumer's state as the broker has it.
 pub async fn consumer_info(context: &jetstream::Context) -> consumer::Info {
-    let stream = context.get_stream("TENSORPLUG_INFER").await.expect("the request stream");
-    stream
-        .consumer_info("tensorplug")
+    let stream = context
+        .get_stream("TENSORPLUG_INFER")
         .await
-        .expect("the shared consumer")
+        .expect("the request stream");
+    stream.consumer_info("tensorplug").await.expect("the shared consumer")
 }
 
 /// Messages still in the request stream.
 pub async fn stream_messages(context: &jetstream::Context) -> u64 {
-    let mut stream: stream::Stream = context.get_stream("TENSORPLUG_INFER").await.expect("the request stream");
+    let mut stream: stream::Stream = context
+        .get_stream("TENSORPLUG_INFER")
+        .await
+        .expect("the request stream");
     stream.info().await.expect("stream info").state.messages
 }

@@ -4,94 +4,23 @@
 //! tensor data), and `--resume` after an interrupted run answers exactly the missing lines.
 
 use std::io::Read;
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::batch::{args, digits_answer, digits_file, infer_command, read_lines, signal, wait_for_lines};
+use crate::common::nats::Broker;
 use crate::common::{self, process::ServerProcess};
 use crate::digits::{assert_matches, cases};
 
 /// The longest a whole `tensorplug infer` run may take here.
 const RUN_WITHIN: Duration = Duration::from_secs(180);
 
-/// A `nats-server` with JetStream on a free loopback port, its store in a temporary
-/// folder; killed on drop.
-struct NatsServer {
-    port: u16,
-    child: Child,
-    _store: tempfile::TempDir,
-}
-
-impl NatsServer {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let store = tempfile::tempdir().expect("a store folder");
-        let child = Command::new(nats_server_binary())
-            .args(["-js", "-sd"])
-            .arg(store.path())
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nats-server (./scripts/toolchains.sh broker installs it)");
-        // Owned from here, so that a failed wait below still kills it.
-        let mut server = NatsServer {
-            port,
-            child,
-            _store: store,
-        };
-        let started = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                server.child.try_wait().expect("nats-server").is_none(),
-                "nats-server exited before listening on {port}"
-            );
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "nats-server did not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-}
-
-/// `nats-server` on the PATH, else where Debian's package puts it (/usr/sbin, which a
-/// user's PATH may lack).
-fn nats_server_binary() -> PathBuf {
-    let on_path = std::env::var_os("PATH")
-        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .unwrap_or_default();
-    on_path
-        .into_iter()
-        .chain(["/usr/sbin".into(), "/usr/bin".into()])
-        .map(|dir| dir.join("nats-server"))
-        .find(|binary| binary.is_file())
-        .unwrap_or_else(|| PathBuf::from("nats-server"))
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A broker and a server of the example models consuming from it.
-async fn start() -> (NatsServer, ServerProcess) {
-    let broker = NatsServer::start();
+async fn start() -> (Broker, ServerProcess) {
+    let broker = Broker::start();
     let server = ServerProcess::spawn(&common::examples(), &["--nats-url", &broker.url()]).await;
     (broker, server)
 }

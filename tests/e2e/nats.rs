@@ -20,11 +20,8 @@ use crate::common::{faulty_config, items_request, root};
 /// A repository of the digits example (linked) and the faulty test model under `faulty`.
 fn repository(faulty: &str) -> tempfile::TempDir {
     let repository = crate::common::faulty_repository(faulty);
-    std::os::unix::fs::symlink(
-        root().join("examples/models/digits"),
-        repository.path().join("digits"),
-    )
-    .expect("link digits");
+    std::os::unix::fs::symlink(root().join("examples/models/digits"), repository.path().join("digits"))
+        .expect("link digits");
     repository
 }
 
@@ -43,7 +40,10 @@ fn header(id: &str) -> HeaderMap {
 }
 
 /// Answers arriving on a core subscription, by the last token of their subject.
-async fn inbox(client: &async_nats::Client, prefix: &str) -> tokio::sync::mpsc::UnboundedReceiver<(String, u16, Vec<u8>, HeaderMap)> {
+async fn inbox(
+    client: &async_nats::Client,
+    prefix: &str,
+) -> tokio::sync::mpsc::UnboundedReceiver<(String, u16, Vec<u8>, HeaderMap)> {
     let mut subscriber = client.subscribe(format!("{prefix}.>")).await.expect("subscribe");
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -207,9 +207,27 @@ async fn nats_answers_are_rest_answers_byte_for_byte() {
     let line = serde_json::to_vec(&digits_lines(1)[0]).unwrap();
     let mut no_id: Value = serde_json::from_slice(&line).unwrap();
     no_id.as_object_mut().unwrap().remove("id");
-    publish(&context, "tensorplug.infer.digits", header("plain-1"), serde_json::to_vec(&no_id).unwrap()).await;
-    let kept = answers(&context, "tensorplug.answers.digits", &["plain-1".into()], Duration::from_secs(20)).await;
-    let (rest_status, rest_body) = rest(&server, "/v2/models/digits/infer", &serde_json::to_vec(&no_id).unwrap(), None).await;
+    publish(
+        &context,
+        "tensorplug.infer.digits",
+        header("plain-1"),
+        serde_json::to_vec(&no_id).unwrap(),
+    )
+    .await;
+    let kept = answers(
+        &context,
+        "tensorplug.answers.digits",
+        &["plain-1".into()],
+        Duration::from_secs(20),
+    )
+    .await;
+    let (rest_status, rest_body) = rest(
+        &server,
+        "/v2/models/digits/infer",
+        &serde_json::to_vec(&no_id).unwrap(),
+        None,
+    )
+    .await;
     assert_eq!(kept["plain-1"][0].status, rest_status);
     assert_eq!(kept["plain-1"][0].body, rest_body);
 
@@ -223,7 +241,11 @@ async fn nats_answers_are_rest_answers_byte_for_byte() {
     assert_eq!(metrics.value("tensorplug_nats_connected", &[]), 1.0);
     let info = consumer_info(&context).await;
     assert_eq!((info.num_ack_pending, info.num_redelivered), (0, 0));
-    assert_eq!(stream_messages(&context).await, 0, "every request acknowledged or terminated");
+    assert_eq!(
+        stream_messages(&context).await,
+        0,
+        "every request acknowledged or terminated"
+    );
 }
 
 /// The faulty model as the fault tests serve it: batches wait up to 20 ms to fill, so a
@@ -238,7 +260,12 @@ const FAULT_FLAGS: &[&str] = &["--nats-ack-wait-ms", "1500", "--nats-pull-batch"
 
 /// Publishes `count` requests for the faulty model (`x = i`, id `<tag>-<i>`), one every
 /// `pace`, from a task; resolves to their ids once every one is kept by the stream.
-fn produce(context: async_nats::jetstream::Context, tag: &str, count: usize, pace: Duration) -> tokio::task::JoinHandle<Vec<String>> {
+fn produce(
+    context: async_nats::jetstream::Context,
+    tag: &str,
+    count: usize,
+    pace: Duration,
+) -> tokio::task::JoinHandle<Vec<String>> {
     let tag = tag.to_owned();
     tokio::spawn(async move {
         let mut ids = Vec::with_capacity(count);
@@ -246,7 +273,13 @@ fn produce(context: async_nats::jetstream::Context, tag: &str, count: usize, pac
             let id = format!("{tag}-{i}");
             let mut request = items_request(&[i as f32]);
             request["id"] = json!(id);
-            publish(&context, "tensorplug.infer.faulty", header(&id), serde_json::to_vec(&request).unwrap()).await;
+            publish(
+                &context,
+                "tensorplug.infer.faulty",
+                header(&id),
+                serde_json::to_vec(&request).unwrap(),
+            )
+            .await;
             ids.push(id);
             tokio::time::sleep(pace).await;
         }
@@ -281,11 +314,20 @@ async fn nothing_is_lost_when_the_broker_restarts() {
     // Readiness follows the broker connection (--nats-readiness required, the default).
     let started = Instant::now();
     loop {
-        let ready = server.client.get(server.url("/v2/health/ready")).send().await.unwrap().status();
+        let ready = server
+            .client
+            .get(server.url("/v2/health/ready"))
+            .send()
+            .await
+            .unwrap()
+            .status();
         if ready == 503 {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "still ready without the broker");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "still ready without the broker"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -294,9 +336,18 @@ async fn nothing_is_lost_when_the_broker_restarts() {
     let kept = answers(&context, "tensorplug.answers.faulty", &ids, Duration::from_secs(60)).await;
     let counted = tally(&ids, &kept);
     eprintln!("broker restart: {counted:?}");
-    assert_eq!((counted.sent, counted.answered, counted.lost), (FAULT_REQUESTS, FAULT_REQUESTS, 0));
+    assert_eq!(
+        (counted.sent, counted.answered, counted.lost),
+        (FAULT_REQUESTS, FAULT_REQUESTS, 0)
+    );
     assert_correct(&ids, &kept);
-    let ready = server.client.get(server.url("/v2/health/ready")).send().await.unwrap().status();
+    let ready = server
+        .client
+        .get(server.url("/v2/health/ready"))
+        .send()
+        .await
+        .unwrap()
+        .status();
     assert_eq!(ready, 200, "ready again with the broker back");
 }
 
@@ -315,7 +366,10 @@ async fn nothing_is_lost_when_a_replica_is_killed_mid_batch() {
         if metrics.value("tensorplug_nats_in_flight_messages", &[]) > 0.0 {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "the replica never held a message");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the replica never held a message"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     drop(doomed);
@@ -323,7 +377,10 @@ async fn nothing_is_lost_when_a_replica_is_killed_mid_batch() {
     let kept = answers(&context, "tensorplug.answers.faulty", &ids, Duration::from_secs(60)).await;
     let counted = tally(&ids, &kept);
     eprintln!("replica killed: {counted:?}");
-    assert_eq!((counted.sent, counted.answered, counted.lost), (FAULT_REQUESTS, FAULT_REQUESTS, 0));
+    assert_eq!(
+        (counted.sent, counted.answered, counted.lost),
+        (FAULT_REQUESTS, FAULT_REQUESTS, 0)
+    );
     assert_correct(&ids, &kept);
     let metrics = scrape_process(&survivor).await;
     eprintln!(
@@ -342,7 +399,10 @@ async fn nothing_is_lost_when_a_replica_drains_on_sigterm() {
     let producer = produce(context.clone(), "drain", FAULT_REQUESTS, Duration::from_millis(2));
     tokio::time::sleep(Duration::from_millis(400)).await;
     drained.terminate();
-    let exit = drained.wait_exit(Duration::from_secs(30)).await.expect("drained and exited");
+    let exit = drained
+        .wait_exit(Duration::from_secs(30))
+        .await
+        .expect("drained and exited");
     assert!(exit.success(), "{exit:?}");
     assert!(
         drained.log().iter().any(|l| l.contains("stopped consuming from NATS")),
@@ -353,7 +413,10 @@ async fn nothing_is_lost_when_a_replica_drains_on_sigterm() {
     let kept = answers(&context, "tensorplug.answers.faulty", &ids, Duration::from_secs(60)).await;
     let counted = tally(&ids, &kept);
     eprintln!("replica drained: {counted:?}");
-    assert_eq!((counted.sent, counted.answered, counted.lost, counted.duplicated), (FAULT_REQUESTS, FAULT_REQUESTS, 0, 0));
+    assert_eq!(
+        (counted.sent, counted.answered, counted.lost, counted.duplicated),
+        (FAULT_REQUESTS, FAULT_REQUESTS, 0, 0)
+    );
     assert_correct(&ids, &kept);
 }
 
@@ -371,11 +434,36 @@ async fn hostile_messages_are_answered_as_rest_answers_them_and_never_delivered_
         serde_json::to_vec(&request).unwrap()
     };
     // (subject, body, extra headers, the REST path to compare with, the status)
-    let cases: Vec<(&str, Vec<u8>, Vec<(&str, &str)>, &str, u16)> = vec![
-        ("tensorplug.infer.faulty", b"{not json".to_vec(), vec![], "/v2/models/faulty/infer", 400),
-        ("tensorplug.infer.faulty", huge.clone(), vec![], "/v2/models/faulty/infer", 413),
-        ("tensorplug.infer.nosuch", b"{}".to_vec(), vec![], "/v2/models/nosuch/infer", 404),
-        ("tensorplug.infer.faulty", vec![], vec![], "/v2/models/faulty/infer", 400),
+    type Case<'a> = (&'a str, Vec<u8>, Vec<(&'a str, &'a str)>, &'a str, u16);
+    let cases: Vec<Case> = vec![
+        (
+            "tensorplug.infer.faulty",
+            b"{not json".to_vec(),
+            vec![],
+            "/v2/models/faulty/infer",
+            400,
+        ),
+        (
+            "tensorplug.infer.faulty",
+            huge.clone(),
+            vec![],
+            "/v2/models/faulty/infer",
+            413,
+        ),
+        (
+            "tensorplug.infer.nosuch",
+            b"{}".to_vec(),
+            vec![],
+            "/v2/models/nosuch/infer",
+            404,
+        ),
+        (
+            "tensorplug.infer.faulty",
+            vec![],
+            vec![],
+            "/v2/models/faulty/infer",
+            400,
+        ),
         (
             "tensorplug.infer.faulty",
             b"{\"inputs\":[]}".to_vec(),
@@ -390,7 +478,13 @@ async fn hostile_messages_are_answered_as_rest_answers_them_and_never_delivered_
             "",
             400,
         ),
-        ("tensorplug.infer.faulty", vec![0xff, 0xfe, 0x00], vec![], "/v2/models/faulty/infer", 400),
+        (
+            "tensorplug.infer.faulty",
+            vec![0xff, 0xfe, 0x00],
+            vec![],
+            "/v2/models/faulty/infer",
+            400,
+        ),
     ];
     for (i, (subject, body, extra, _, _)) in cases.iter().enumerate() {
         let mut headers = HeaderMap::new();
@@ -408,14 +502,30 @@ async fn hostile_messages_are_answered_as_rest_answers_them_and_never_delivered_
         assert!(error["error"].is_string(), "{error}");
         if !path.is_empty() {
             let (rest_status, rest_body) = rest(&server, path, body, None).await;
-            assert_eq!((*answered, answer), (rest_status, &rest_body), "case {i}: as REST answers");
+            assert_eq!(
+                (*answered, answer),
+                (rest_status, &rest_body),
+                "case {i}: as REST answers"
+            );
         }
     }
     // A reply subject that cannot be published to: answered on the default subject.
     let mut headers = header("bad-reply");
     headers.insert("Tensorplug-Reply-To", "a.*.b");
-    publish(&context, "tensorplug.infer.faulty", headers, serde_json::to_vec(&items_request(&[1.0])).unwrap()).await;
-    let kept = answers(&context, "tensorplug.answers.faulty", &["bad-reply".into()], Duration::from_secs(20)).await;
+    publish(
+        &context,
+        "tensorplug.infer.faulty",
+        headers,
+        serde_json::to_vec(&items_request(&[1.0])).unwrap(),
+    )
+    .await;
+    let kept = answers(
+        &context,
+        "tensorplug.answers.faulty",
+        &["bad-reply".into()],
+        Duration::from_secs(20),
+    )
+    .await;
     assert_eq!(kept["bad-reply"][0].status, 400);
     assert!(String::from_utf8_lossy(&kept["bad-reply"][0].body).contains("Tensorplug-Reply-To"));
 
@@ -443,7 +553,10 @@ async fn hostile_messages_are_answered_as_rest_answers_them_and_never_delivered_
     let mut peak = before;
     while stream_messages(&context).await > 0 {
         peak = peak.max(server.rss_kib());
-        assert!(started.elapsed() < Duration::from_secs(60), "the flood was not worked off");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the flood was not worked off"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     peak = peak.max(server.rss_kib());
@@ -458,7 +571,11 @@ async fn hostile_messages_are_answered_as_rest_answers_them_and_never_delivered_
     assert_eq!((info.num_ack_pending, info.num_redelivered), (0, 0));
     assert_eq!(metrics.value_or_zero("tensorplug_nats_redeliveries_total", &[]), 0.0);
     assert!(terminated >= flood as f64, "{terminated}");
-    assert!(peak - before < 64 * 1024, "RSS grew {} KiB under the flood", peak - before);
+    assert!(
+        peak - before < 64 * 1024,
+        "RSS grew {} KiB under the flood",
+        peak - before
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -492,7 +609,13 @@ async fn a_message_no_replica_answers_is_answered_after_its_last_delivery() {
         .unwrap();
     let mut request = items_request(&[1.0]);
     request["id"] = json!("doomed");
-    publish(&context, "tensorplug.infer.faulty", header("m-1"), serde_json::to_vec(&request).unwrap()).await;
+    publish(
+        &context,
+        "tensorplug.infer.faulty",
+        header("m-1"),
+        serde_json::to_vec(&request).unwrap(),
+    )
+    .await;
     // A replica that takes the message and dies before answering, twice: its every delivery.
     for delivery in 1..=2 {
         let mut batch = rogue
@@ -507,21 +630,35 @@ async fn a_message_no_replica_answers_is_answered_after_its_last_delivery() {
     }
     // Now a real replica, which hears the broker give the message up.
     let server = replica(repository.path(), &broker, &flags).await;
-    let kept = answers(&context, "tensorplug.answers.faulty", &["doomed".into()], Duration::from_secs(20)).await;
-    let answer = &kept.get("doomed").unwrap_or_else(|| panic!("no answer: {:#?}", server.log()))[0];
+    let kept = answers(
+        &context,
+        "tensorplug.answers.faulty",
+        &["doomed".into()],
+        Duration::from_secs(20),
+    )
+    .await;
+    let answer = &kept
+        .get("doomed")
+        .unwrap_or_else(|| panic!("no answer: {:#?}", server.log()))[0];
     let text = String::from_utf8_lossy(&answer.body);
     assert_eq!(answer.status, 500, "{text}");
     assert!(text.contains("not answered after 2 deliveries"), "{text}");
     assert_eq!(stream_messages(&context).await, 0, "removed from the stream");
     let metrics = scrape_process(&server).await;
-    assert_eq!(metrics.value("tensorplug_nats_messages_total", &[("outcome", "given_up")]), 1.0);
+    assert_eq!(
+        metrics.value("tensorplug_nats_messages_total", &[("outcome", "given_up")]),
+        1.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_hands_messages_back_until_there_is_room() {
     let broker = Broker::start();
     // One instance, one item at a time, a queue of one: the rest is refused 503.
-    let repository = repository(&faulty_config("max_batch_size = 1\nmax_queue_size = 1", "instances = 1"));
+    let repository = repository(&faulty_config(
+        "max_batch_size = 1\nmax_queue_size = 1",
+        "instances = 1",
+    ));
     let server = replica(
         repository.path(),
         &broker,
@@ -532,7 +669,13 @@ async fn a_full_queue_hands_messages_back_until_there_is_room() {
     // -9 sleeps three seconds in the instance: everything behind it finds the queue full.
     let mut sleeper = items_request(&[-9.0]);
     sleeper["id"] = json!("sleeper");
-    publish(&context, "tensorplug.infer.faulty", header("sleeper"), serde_json::to_vec(&sleeper).unwrap()).await;
+    publish(
+        &context,
+        "tensorplug.infer.faulty",
+        header("sleeper"),
+        serde_json::to_vec(&sleeper).unwrap(),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let ids = produce(context.clone(), "full", 20, Duration::ZERO).await.unwrap();
     let kept = answers(&context, "tensorplug.answers.faulty", &ids, Duration::from_secs(60)).await;
@@ -549,7 +692,10 @@ async fn a_full_queue_hands_messages_back_until_there_is_room() {
 async fn a_backlog_of_100k_requests_stays_in_the_stream_not_in_memory() {
     let broker = Broker::start();
     // Slow: a batch waits 50 ms for 8 items, and the replica holds 4 at once.
-    let repository = repository(&faulty_config("max_batch_size = 8\nmax_queue_delay_us = 50000", "instances = 1"));
+    let repository = repository(&faulty_config(
+        "max_batch_size = 8\nmax_queue_delay_us = 50000",
+        "instances = 1",
+    ));
     let server = replica(repository.path(), &broker, &["--nats-pull-batch", "4"]).await;
     let (_client, context) = connect(&broker).await;
     let backlog = 100_000;
@@ -588,11 +734,18 @@ async fn a_backlog_of_100k_requests_stays_in_the_stream_not_in_memory() {
     eprintln!(
         "backlog: {backlog} published in {published:?}; RSS {before} KiB before, peak {peak} KiB over 5 s; \
          in flight at most {peak_in_flight}; still pending {} (acked so far {})",
-        info.num_pending,
-        info.ack_floor.stream_sequence
+        info.num_pending, info.ack_floor.stream_sequence
     );
     assert!(peak_in_flight <= 4.0, "{peak_in_flight}");
-    assert!(info.num_pending > 90_000, "the backlog stays in the stream: {}", info.num_pending);
+    assert!(
+        info.num_pending > 90_000,
+        "the backlog stays in the stream: {}",
+        info.num_pending
+    );
     assert!(info.num_ack_pending <= 4, "{}", info.num_ack_pending);
-    assert!(peak - before < 32 * 1024, "RSS grew {} KiB with 100k requests queued", peak - before);
+    assert!(
+        peak - before < 32 * 1024,
+        "RSS grew {} KiB with 100k requests queued",
+        peak - before
+    );
 }

@@ -71,7 +71,8 @@ pub async fn run_with_grpc(
         edges.push(&grpc::status::GRPC_EDGE);
     }
     let nats_settings = config.nats.settings();
-    if nats_settings.is_some() {
+    if let Some(settings) = &nats_settings {
+        settings.validate().map_err(anyhow::Error::msg)?;
         edges.push(&crate::nats::NATS_EDGE);
     }
     let repository = Arc::new(Repository::new(&config.repository, runtime, metrics_on).served_by(edges));

@@ -93,7 +93,11 @@ pub async fn serve(edge: NatsEdge, stop: impl Future<Output = ()>) -> Result<(),
                 Err(_) => break,
             }
         }
-        let pull = consumer.batch().max_messages(permits.len()).expires(PULL_EXPIRY).messages();
+        let pull = consumer
+            .batch()
+            .max_messages(permits.len())
+            .expires(PULL_EXPIRY)
+            .messages();
         let mut messages = match pull.await {
             Ok(messages) => messages,
             Err(error) => {

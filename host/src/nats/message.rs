@@ -13,8 +13,8 @@ use super::metrics::{NatsMetrics, Outcome};
 use super::publish::{publish, retry_budget, AnswerHeaders};
 use super::settings::NatsSettings;
 use super::status::{disposition, Disposition, NATS_EDGE};
-use crate::protocol::nats::{self as subject, headers};
 use crate::api::{decode_body, EncodedAnswer, InferCall, ServeError};
+use crate::protocol::nats::{self as subject, headers};
 use crate::protocol::{clip, InferRequest};
 use crate::serving::Repository;
 
@@ -99,7 +99,15 @@ impl Envelope {
         let budget = tokio::time::Instant::now() + retry_budget(shared.settings.ack_wait);
         let mut wait = Duration::from_millis(50);
         loop {
-            match publish(&shared.client, &shared.context, self.answer_to.clone(), map.clone(), body.clone()).await {
+            match publish(
+                &shared.client,
+                &shared.context,
+                self.answer_to.clone(),
+                map.clone(),
+                body.clone(),
+            )
+            .await
+            {
                 Ok(()) => return true,
                 Err(error) if tokio::time::Instant::now() + wait > budget => {
                     tracing::warn!(id = %clip(&self.request_id), "{error}; the message will be delivered again");
@@ -138,7 +146,13 @@ pub(super) async fn handle(shared: &Shared, message: jetstream::Message) {
     let work = async {
         let answered = answer(shared, &mut envelope, headers, message.payload.clone()).await;
         let answer = &answered.answer;
-        match disposition(answer.status, answer.retry_after, delivered, settings.max_deliver, settings.nak_delay) {
+        match disposition(
+            answer.status,
+            answer.retry_after,
+            delivered,
+            settings.max_deliver,
+            settings.nak_delay,
+        ) {
             Disposition::Retry(delay) => Some((Outcome::Retried, AckKind::Nak(Some(delay)))),
             kept => match envelope.publish(shared, answer, answered.version.as_deref()).await {
                 false => None,
@@ -150,7 +164,10 @@ pub(super) async fn handle(shared: &Shared, message: jetstream::Message) {
     match with_progress(&message, settings.ack_wait, work).await {
         Some((outcome, kind)) => {
             if let Err(error) = message.ack_with(kind).await {
-                tracing::warn!(sequence, "acknowledging a request message failed (it will be delivered again): {error}");
+                tracing::warn!(
+                    sequence,
+                    "acknowledging a request message failed (it will be delivered again): {error}"
+                );
             }
             shared.count(outcome);
         }
@@ -176,7 +193,10 @@ async fn answer(shared: &Shared, envelope: &mut Envelope, headers: &HeaderMap, p
         }
     };
     let version = Some(call.model().config.version.clone());
-    let answer = match read(shared, envelope, headers, payload).instrument(call.span().clone()).await {
+    let answer = match read(shared, envelope, headers, payload)
+        .instrument(call.span().clone())
+        .await
+    {
         Err((status, message)) => {
             call.failed(status, &message);
             EncodedAnswer::error(status, &message)
@@ -215,7 +235,10 @@ async fn read(
     if payload.len() > shared.max_body_bytes {
         return Err((
             413,
-            format!("request body is larger than the limit of {} bytes", shared.max_body_bytes),
+            format!(
+                "request body is larger than the limit of {} bytes",
+                shared.max_body_bytes
+            ),
         ));
     }
     let json_header_len = match headers.get(headers::JSON_HEADER_LENGTH) {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::HeaderMap;
 
-use crate::protocol::nats::headers;
 use crate::api::EncodedAnswer;
+use crate::protocol::nats::headers;
 
 /// What an answer says about its request, besides its body.
 pub struct AnswerHeaders<'a> {
@@ -68,7 +68,10 @@ pub async fn publish(
     };
     // Inboxes are a client's own subjects, never kept by a stream: one trip, not two.
     if !subject.starts_with("_INBOX.") {
-        let acked = match context.publish_with_headers(subject.clone(), map.clone(), body.clone()).await {
+        let acked = match context
+            .publish_with_headers(subject.clone(), map.clone(), body.clone())
+            .await
+        {
             Ok(ack) => ack.await.map(drop),
             Err(error) => Err(error),
         };

@@ -59,7 +59,7 @@ pub async fn connect(settings: &NatsSettings, repository: &Arc<Repository>) -> R
                 }
             }
         })
-        .connect(settings.url.as_str())
+        .connect(settings.urls().as_slice())
         .await
         .map_err(|e| SetupError::Connect {
             url: settings.url.clone(),

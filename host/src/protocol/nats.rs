@@ -26,7 +26,6 @@ pub mod headers {
     pub const CONTENT_TYPE: &str = "Content-Type";
 }
 
-
 /// The subject a request for `model` (at `version`) is published on.
 pub fn request_subject(prefix: &str, model: &str, version: Option<&str>) -> String {
     match version {
@@ -93,7 +92,10 @@ pub fn publishable(subject: &str) -> Result<&str, String> {
     if !subject.bytes().all(|b| b.is_ascii_graphic()) {
         return refuse("it may hold printable ASCII only, without spaces");
     }
-    if subject.split('.').any(|token| token.is_empty() || token == "*" || token == ">") {
+    if subject
+        .split('.')
+        .any(|token| token.is_empty() || token == "*" || token == ">")
+    {
         return refuse("a token is empty or a wildcard");
     }
     Ok(subject)
@@ -109,7 +111,10 @@ mod tests {
 
     #[test]
     fn a_subject_names_a_model_and_maybe_a_version() {
-        assert_eq!(parsed("tensorplug.infer.digits", &["digits"]), Some(("digits".into(), None)));
+        assert_eq!(
+            parsed("tensorplug.infer.digits", &["digits"]),
+            Some(("digits".into(), None))
+        );
         assert_eq!(
             parsed("tensorplug.infer.digits.3", &["digits"]),
             Some(("digits".into(), Some("3".into())))
@@ -124,7 +129,10 @@ mod tests {
     #[test]
     fn a_dotted_model_name_is_the_model_when_served_else_model_and_version() {
         assert_eq!(parsed("tensorplug.infer.a.b", &["a.b"]), Some(("a.b".into(), None)));
-        assert_eq!(parsed("tensorplug.infer.a.b", &["a"]), Some(("a".into(), Some("b".into()))));
+        assert_eq!(
+            parsed("tensorplug.infer.a.b", &["a"]),
+            Some(("a".into(), Some("b".into())))
+        );
         assert_eq!(
             parsed("tensorplug.infer.a.b.1", &["a.b"]),
             Some(("a.b".into(), Some("1".into())))
@@ -141,7 +149,18 @@ mod tests {
     #[test]
     fn only_plain_subjects_are_answered_on() {
         assert_eq!(publishable("_INBOX.abc.1"), Ok("_INBOX.abc.1"));
-        for bad in ["", "a..b", "a.*", "a.>", ".a", "a.", "a b", "a\u{7f}", "é", &"a".repeat(257)] {
+        for bad in [
+            "",
+            "a..b",
+            "a.*",
+            "a.>",
+            ".a",
+            "a.",
+            "a b",
+            "a\u{7f}",
+            "é",
+            &"a".repeat(257),
+        ] {
             let error = publishable(bad).expect_err(bad);
             assert!(error.starts_with("header Tensorplug-Reply-To: "), "{error}");
         }
