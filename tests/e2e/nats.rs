@@ -749,3 +749,34 @@ async fn a_backlog_of_100k_requests_stays_in_the_stream_not_in_memory() {
         peak - before
     );
 }
+
+/// docs/api.md's Python example (examples/clients/nats_infer.py, nats-py) as printed: its
+/// answer is REST's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_example_gets_rest_s_answer() {
+    let python = crate::common::python::python().await;
+    let broker = Broker::start();
+    let server = replica(&crate::common::examples(), &broker, &[]).await;
+    let request = root().join("examples/digits/request.json");
+    let mut command = std::process::Command::new(python);
+    command
+        .arg(root().join("examples/clients/nats_infer.py"))
+        .arg(broker.url())
+        .arg("digits")
+        .arg(&request);
+    let output = crate::common::python::run_bounded("nats_infer.py", command, Duration::from_secs(60)).await;
+    assert!(output.status.success(), "{}", crate::common::python::shown(&output));
+    let printed = String::from_utf8_lossy(&output.stdout);
+    let (rest_status, rest_body) = rest(
+        &server,
+        "/v2/models/digits/infer",
+        &std::fs::read(&request).unwrap(),
+        None,
+    )
+    .await;
+    assert_eq!(
+        printed.trim_end(),
+        format!("{rest_status} {}", String::from_utf8_lossy(&rest_body))
+    );
+    assert!(printed.contains(r#""data":[2]"#), "{printed}");
+}

@@ -5,29 +5,36 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-/// Closed-loop load generator for tensorplug: REST over HTTP/1.1, or gRPC `ModelInfer`
-/// over HTTP/2 (loopback targets only).
+/// Closed-loop load generator for tensorplug: REST over HTTP/1.1, gRPC `ModelInfer` over
+/// HTTP/2, or NATS JetStream (loopback targets only).
 #[derive(Parser, Debug)]
 #[command(version, about)]
 pub struct Args {
     /// REST: the URL to load, e.g. http://127.0.0.1:8080/v2/models/digits/infer.
-    /// gRPC: the server, e.g. http://127.0.0.1:8081
+    /// gRPC: the server, e.g. http://127.0.0.1:8081.
+    /// NATS: the broker, e.g. nats://127.0.0.1:4222
     pub url: String,
 
     /// rest: the bodies as they are, over HTTP/1.1; grpc: ModelInfer with typed contents;
-    /// grpc-raw: ModelInfer with raw_input_contents (both over HTTP/2).
+    /// grpc-raw: ModelInfer with raw_input_contents (both over HTTP/2); nats: the bodies as
+    /// they are, published through JetStream, answered on the load generator's inbox.
     #[arg(long, value_enum, default_value_t = Protocol::Rest)]
     pub protocol: Protocol,
 
-    /// gRPC: the model to infer with (required with grpc and grpc-raw).
+    /// gRPC and NATS: the model to infer with (required with grpc, grpc-raw and nats).
     #[arg(long)]
     pub model: Option<String>,
 
-    /// gRPC: the model's version (default: the one the server serves).
+    /// gRPC and NATS: the model's version (default: the one the server serves).
     #[arg(long)]
     pub model_version: Option<String>,
 
-    /// Simulated clients, each with one keep-alive connection.
+    /// NATS: requests are published on `<prefix>.<model>[.<version>]` (the server's
+    /// --nats-subject-prefix).
+    #[arg(long, default_value = "tensorplug.infer")]
+    pub nats_subject_prefix: String,
+
+    /// Simulated clients, each with one keep-alive connection (NATS: all on one connection).
     #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub concurrency: u32,
 
@@ -41,7 +48,7 @@ pub struct Args {
 
     /// JSONL file: one request body per line, sent in rotation (REST: POST; without it,
     /// GET). gRPC: V2 JSON inference requests, converted to ModelInferRequests before the
-    /// run (required).
+    /// run (required). NATS: the bodies as they are, published in rotation (required).
     #[arg(short, long, value_name = "FILE")]
     pub body_file: Option<PathBuf>,
 
@@ -71,6 +78,8 @@ pub enum Protocol {
     Grpc,
     /// gRPC ModelInfer, tensor data in `raw_input_contents`.
     GrpcRaw,
+    /// NATS JetStream: V2 REST bodies published to tensorplug's request stream.
+    Nats,
 }
 
 /// `10s`, `1.5s`, `500ms`, `250us`, `2m`; a bare number is seconds.
@@ -124,5 +133,9 @@ mod tests {
         let default = Args::try_parse_from(["loadgen", "http://127.0.0.1:1/"]).expect("parses");
         assert_eq!(default.protocol, Protocol::Rest);
         assert!(Args::try_parse_from(["loadgen", "http://127.0.0.1:1/", "--protocol", "soap"]).is_err());
+        let nats = Args::try_parse_from(["loadgen", "nats://127.0.0.1:1", "--protocol", "nats", "--model", "m"])
+            .expect("parses");
+        assert_eq!(nats.protocol, Protocol::Nats);
+        assert_eq!(nats.nats_subject_prefix, "tensorplug.infer");
     }
 }

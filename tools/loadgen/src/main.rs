@@ -1,5 +1,5 @@
 //! `tensorplug-loadgen`: a small closed-loop load generator for benchmarking tensorplug
-//! over loopback, speaking REST (HTTP/1.1) or gRPC (HTTP/2).
+//! over loopback, speaking REST (HTTP/1.1), gRPC (HTTP/2) or NATS JetStream.
 //!
 //! `--concurrency N` clients each hold one keep-alive connection (TCP_NODELAY) and send
 //! requests back to back: the next leaves as soon as the previous answer has been read in
@@ -18,7 +18,13 @@
 //! `raw_input_contents` (`grpc-raw`), sent with `ModelInfer` in rotation. Each client has
 //! its own channel (one HTTP/2 connection). A status other than OK is an error.
 //!
-//! Latency is from just before a request is written to the end of its answer, in
+//! NATS (`--protocol nats`; nats.rs): the URL is the broker's (`nats://127.0.0.1:4222`),
+//! `--model` names the model, and every line of `--body-file` is a REST body, published
+//! through JetStream on `<--nats-subject-prefix>.<model>` in rotation, each answered on the
+//! load generator's own inbox. The clients share one connection. An answer whose
+//! `Tensorplug-Status` is not 200 is an error.
+//!
+//! Latency is from just before a request is written (NATS: published) to the end of its answer, in
 //! microseconds, for every request that got an answer. Any other answer, a transport
 //! error or a time-out (`--timeout`) is an error, and the first error's text is reported.
 //! Only loopback addresses are accepted as targets.
@@ -30,6 +36,7 @@ mod args;
 mod client;
 mod convert;
 mod grpc;
+mod nats;
 mod report;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -60,6 +67,7 @@ const MAX_RUN: Duration = Duration::from_secs(3600);
 enum Load {
     Rest(Arc<Target>),
     Grpc(Arc<grpc::Target>),
+    Nats(Arc<nats::Target>),
 }
 
 fn main() -> ExitCode {
@@ -82,11 +90,20 @@ fn try_main(args: Args) -> Result<()> {
     ensure!(!args.duration.is_zero(), "--duration must be more than zero");
     ensure!(!args.timeout.is_zero(), "--timeout must be more than zero");
 
-    let (addr, host, path) = resolve(&args.url)?;
     let load = match args.protocol {
-        Protocol::Rest => Load::Rest(Arc::new(rest_target(&args, addr, host, path)?)),
-        Protocol::Grpc => Load::Grpc(Arc::new(grpc_target(&args, addr, &path, Encoding::Typed)?)),
-        Protocol::GrpcRaw => Load::Grpc(Arc::new(grpc_target(&args, addr, &path, Encoding::Raw)?)),
+        Protocol::Rest => {
+            let (addr, host, path) = resolve(&args.url)?;
+            Load::Rest(Arc::new(rest_target(&args, addr, host, path)?))
+        }
+        Protocol::Grpc | Protocol::GrpcRaw => {
+            let (addr, _, path) = resolve(&args.url)?;
+            let encoding = match args.protocol {
+                Protocol::GrpcRaw => Encoding::Raw,
+                _ => Encoding::Typed,
+            };
+            Load::Grpc(Arc::new(grpc_target(&args, addr, &path, encoding)?))
+        }
+        Protocol::Nats => Load::Nats(Arc::new(nats_target(&args)?)),
     };
     let histogram = Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).context("creating the latency histogram")?;
 
@@ -112,22 +129,48 @@ fn try_main(args: Args) -> Result<()> {
 
 /// Starts every client, waits for all of them and merges what they counted.
 async fn run(args: &Args, load: Load, histogram: Histogram<u64>) -> Result<Summary> {
+    let clients = args.concurrency as usize;
+    // NATS: the clients' shared connection is made before the clock starts (REST and gRPC
+    // clients connect on their own, uncounted, within it).
+    let nats = match &load {
+        Load::Nats(target) => Some(nats::connect(target.clone(), clients, args.timeout).await?),
+        Load::Rest(_) | Load::Grpc(_) => None,
+    };
     let start = Instant::now();
     let schedule = Schedule {
         measure_from: start + args.warmup,
         end: start + args.warmup + args.duration,
         timeout: args.timeout,
     };
-    let clients: Vec<_> = (0..args.concurrency as usize)
-        .map(|i| match &load {
-            Load::Rest(target) => tokio::spawn(client::run(i, target.clone(), schedule, histogram.clone())),
-            Load::Grpc(target) => tokio::spawn(grpc::run(i, target.clone(), schedule, histogram.clone())),
-        })
-        .collect();
+    let (connection, tasks): (_, Vec<_>) = match (&load, nats) {
+        (Load::Rest(target), _) => (
+            None,
+            (0..clients)
+                .map(|i| tokio::spawn(client::run(i, target.clone(), schedule, histogram.clone())))
+                .collect(),
+        ),
+        (Load::Grpc(target), _) => (
+            None,
+            (0..clients)
+                .map(|i| tokio::spawn(grpc::run(i, target.clone(), schedule, histogram.clone())))
+                .collect(),
+        ),
+        (Load::Nats(_), Some((connection, nats_clients))) => (
+            Some(connection),
+            nats_clients
+                .into_iter()
+                .map(|client| tokio::spawn(nats::run(client, schedule, histogram.clone())))
+                .collect(),
+        ),
+        (Load::Nats(_), None) => bail!("the NATS clients were not connected"),
+    };
 
     let mut total = ClientStats::new(histogram);
-    for client in clients {
-        total.merge(client.await.context("a client task failed")?)?;
+    for task in tasks {
+        total.merge(task.await.context("a client task failed")?)?;
+    }
+    if let Some(connection) = connection {
+        connection.close().await;
     }
     let elapsed = Instant::now().saturating_duration_since(schedule.measure_from);
     Ok(Summary {
@@ -142,7 +185,7 @@ async fn run(args: &Args, load: Load, histogram: Histogram<u64>) -> Result<Summa
 fn rest_target(args: &Args, addr: SocketAddr, host: HeaderValue, path: Uri) -> Result<Target> {
     ensure!(
         args.model.is_none() && args.model_version.is_none(),
-        "--model and --model-version are for --protocol grpc or grpc-raw (REST names the model in the URL)"
+        "--model and --model-version are for --protocol grpc, grpc-raw or nats (REST names the model in the URL)"
     );
     let bodies = match &args.body_file {
         Some(file) => read_bodies(file)?,
@@ -184,6 +227,44 @@ fn grpc_target(args: &Args, addr: SocketAddr, path: &Uri, encoding: Encoding) ->
     grpc::Target::new(addr, requests)
 }
 
+/// NATS: the broker at `nats://host:port` (loopback only), the subject of `--model`, and
+/// the body file's lines as they are.
+fn nats_target(args: &Args) -> Result<nats::Target> {
+    let uri: Uri = args
+        .url
+        .parse()
+        .with_context(|| format!("invalid URL '{}'", args.url))?;
+    ensure!(
+        uri.scheme_str() == Some("nats") && uri.path_and_query().is_none_or(|p| p.as_str() == "/"),
+        "with --protocol nats the URL is the broker's, nats://HOST:PORT (e.g. nats://127.0.0.1:4222), not '{}'",
+        args.url
+    );
+    let authority = uri
+        .authority()
+        .with_context(|| format!("URL '{}' has no host", args.url))?;
+    let addr = loopback_addr(authority.host(), authority.port_u16().unwrap_or(4222))?;
+    let model = args
+        .model
+        .as_deref()
+        .context("--model is required with --protocol nats")?;
+    let subject =
+        tensorplug::protocol::nats::request_subject(&args.nats_subject_prefix, model, args.model_version.as_deref());
+    tensorplug::protocol::nats::publishable(&subject).map_err(|_| {
+        anyhow::anyhow!(
+            "'{subject}' (--nats-subject-prefix, --model, --model-version) is not a NATS subject to publish on"
+        )
+    })?;
+    let file = args
+        .body_file
+        .as_deref()
+        .context("--body-file (V2 JSON inference requests, one per line) is required with --protocol nats")?;
+    Ok(nats::Target {
+        addr,
+        subject,
+        bodies: read_bodies(file)?,
+    })
+}
+
 /// Splits an `http://host:port/path` URL into a loopback socket address, the `Host`
 /// header and the origin-form request target.
 fn resolve(url: &str) -> Result<(SocketAddr, HeaderValue, Uri)> {
@@ -193,8 +274,20 @@ fn resolve(url: &str) -> Result<(SocketAddr, HeaderValue, Uri)> {
         "only http:// URLs are supported, not '{url}'"
     );
     let authority = uri.authority().with_context(|| format!("URL '{url}' has no host"))?;
-    let port = authority.port_u16().unwrap_or(80);
-    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    let addr = loopback_addr(authority.host(), authority.port_u16().unwrap_or(80))?;
+    let host_header =
+        HeaderValue::from_str(authority.as_str()).context("the URL's host is not a valid header value")?;
+    let path = uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .parse()
+        .context("invalid URL path")?;
+    Ok((addr, host_header, path))
+}
+
+/// The address `host` resolves to (IPv4 first), which must be a loopback address.
+fn loopback_addr(host: &str, port: u16) -> Result<SocketAddr> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .with_context(|| format!("resolving '{host}'"))?
@@ -207,14 +300,7 @@ fn resolve(url: &str) -> Result<(SocketAddr, HeaderValue, Uri)> {
         addr.ip().is_loopback(),
         "refusing to send load to {addr}: only loopback targets (127.0.0.0/8, ::1) are allowed"
     );
-    let host_header =
-        HeaderValue::from_str(authority.as_str()).context("the URL's host is not a valid header value")?;
-    let path = uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .parse()
-        .context("invalid URL path")?;
-    Ok((addr, host_header, path))
+    Ok(addr)
 }
 
 /// Reads the JSONL file: every non-blank line is one body.
@@ -247,5 +333,36 @@ mod tests {
         assert!(resolve("http://[::1]:9000/").is_ok());
         assert!(resolve("http://10.0.0.1:8080/").is_err());
         assert!(resolve("https://127.0.0.1/").is_err());
+    }
+
+    #[test]
+    fn nats_targets_are_loopback_brokers() {
+        let args = |url: &str| {
+            Args::try_parse_from([
+                "loadgen",
+                url,
+                "--protocol",
+                "nats",
+                "--model",
+                "digits",
+                "--body-file",
+                "Cargo.toml",
+            ])
+            .expect("parses")
+        };
+        let target = nats_target(&args("nats://127.0.0.1:4333")).expect("loopback");
+        assert_eq!(target.addr, "127.0.0.1:4333".parse().expect("addr"));
+        assert_eq!(target.subject, "tensorplug.infer.digits");
+        assert!(!target.bodies.is_empty());
+        assert_eq!(
+            nats_target(&args("nats://localhost"))
+                .expect("default port")
+                .addr
+                .port(),
+            4222
+        );
+        assert!(nats_target(&args("nats://10.0.0.1:4222")).is_err());
+        assert!(nats_target(&args("http://127.0.0.1:4222")).is_err());
+        assert!(nats_target(&args("nats://127.0.0.1:4222/x")).is_err());
     }
 }

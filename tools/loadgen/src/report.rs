@@ -35,11 +35,7 @@ impl ClientStats {
         if status.is_success() {
             self.count_success(latency);
         } else {
-            self.count_failure(latency, || {
-                let text = String::from_utf8_lossy(body);
-                let text: String = text.trim().chars().take(ERROR_BODY_CHARS).collect();
-                format!("HTTP {status}: {text}")
-            });
+            self.count_failure(latency, || format!("HTTP {status}: {}", quote_body(body)));
         }
     }
 
@@ -75,6 +71,17 @@ impl ClientStats {
         }
     }
 
+    /// Successes and errors counted so far.
+    #[cfg(test)]
+    pub fn counts(&self) -> (u64, u64) {
+        (self.ok, self.errors)
+    }
+
+    #[cfg(test)]
+    pub fn first_error(&self) -> Option<&str> {
+        self.first_error.as_deref()
+    }
+
     pub fn merge(&mut self, other: ClientStats) -> Result<()> {
         self.latencies
             .add(&other.latencies)
@@ -86,6 +93,15 @@ impl ClientStats {
         }
         Ok(())
     }
+}
+
+/// The start of an error answer's body, for the first error's text.
+pub fn quote_body(body: &[u8]) -> String {
+    String::from_utf8_lossy(body)
+        .trim()
+        .chars()
+        .take(ERROR_BODY_CHARS)
+        .collect()
 }
 
 /// The result of a run.
