@@ -780,3 +780,88 @@ async fn the_python_example_gets_rest_s_answer() {
     );
     assert!(printed.contains(r#""data":[2]"#), "{printed}");
 }
+
+/// Reply subjects that would have the server command the broker, or answer into the
+/// request stream, are refused (answered 400 on the default subject); an id of any length
+/// is cut in the headers; an answer larger than the broker takes is answered 500 at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_request_asks_of_its_answer_cannot_turn_the_server_against_the_broker() {
+    let broker = Broker::start();
+    // The faulty model's -51: a 16 MiB row, past the broker's 8 MB max_payload.
+    let toml = faulty_config("max_batch_size = 8", "").replace(
+        "[[outputs]]\nname = \"y\"\ndatatype = \"FP32\"\nshape = [1]",
+        "[[outputs]]\nname = \"y\"\ndatatype = \"FP32\"\nshape = [-1]",
+    );
+    let repository = repository(&toml);
+    let server = replica(repository.path(), &broker, &[]).await;
+    let (_client, context) = connect(&broker).await;
+    let one = serde_json::to_vec(&items_request(&[1.0])).unwrap();
+    for (id, reply_to) in [
+        ("js-api", "$JS.API.STREAM.DELETE.TENSORPLUG_INFER"),
+        ("sys", "$SYS.REQ.SERVER.PING"),
+        ("loop", "tensorplug.infer.faulty"),
+    ] {
+        let mut headers = header(id);
+        headers.insert("Tensorplug-Reply-To", reply_to);
+        publish(&context, "tensorplug.infer.faulty", headers, one.clone()).await;
+    }
+    // An id past REST's limit in the body is REST's 400; one of any length in Nats-Msg-Id
+    // is cut to 1 KiB in the answer's headers.
+    let mut request = items_request(&[1.0]);
+    request["id"] = json!("i".repeat(100_000));
+    publish(
+        &context,
+        "tensorplug.infer.faulty",
+        header("long-body-id"),
+        serde_json::to_vec(&request).unwrap(),
+    )
+    .await;
+    publish(
+        &context,
+        "tensorplug.infer.faulty",
+        header(&"h".repeat(5000)),
+        one.clone(),
+    )
+    .await;
+    publish(
+        &context,
+        "tensorplug.infer.faulty",
+        header("too-large"),
+        serde_json::to_vec(&items_request(&[-51.0])).unwrap(),
+    )
+    .await;
+    let clipped = "h".repeat(1024);
+    let ids: Vec<String> = ["js-api", "sys", "loop", "long-body-id", clipped.as_str(), "too-large"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let kept = answers(&context, "tensorplug.answers.faulty", &ids, Duration::from_secs(30)).await;
+    for id in &ids[..3] {
+        let answer = &kept.get(id).unwrap_or_else(|| panic!("{id} unanswered"))[0];
+        let text = String::from_utf8_lossy(&answer.body);
+        assert_eq!(answer.status, 400, "{id}: {text}");
+        assert!(text.contains("not a subject to answer on"), "{text}");
+    }
+    let (rest_status, rest_body) = rest(
+        &server,
+        "/v2/models/faulty/infer",
+        &serde_json::to_vec(&request).unwrap(),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (kept["long-body-id"][0].status, &kept["long-body-id"][0].body),
+        (rest_status, &rest_body)
+    );
+    assert_eq!(kept[&clipped][0].status, 200);
+    let too_large = &kept.get("too-large").unwrap_or_else(|| panic!("{:#?}", server.log()))[0];
+    let text = String::from_utf8_lossy(&too_large.body);
+    assert_eq!(too_large.status, 500, "{text}");
+    assert!(text.contains("max_payload"), "{text}");
+    // The stream the reply subject tried to delete is there, empty, and nothing is left
+    // to be delivered again.
+    assert_eq!(stream_messages(&context).await, 0);
+    let info = consumer_info(&context).await;
+    assert_eq!((info.num_ack_pending, info.num_redelivered), (0, 0));
+    drop(server);
+}

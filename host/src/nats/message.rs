@@ -65,13 +65,13 @@ impl Envelope {
         };
         let request_id = headers
             .get(headers::MSG_ID)
-            .map(|id| id.as_str().to_owned())
+            .map(|id| clip_id(id.as_str()))
             .filter(|id| !id.is_empty())
             .unwrap_or_else(|| format!("{}-{sequence}", settings.stream));
         let default_to = subject::answer_subject(&settings.answer_prefix, &model);
         let (answer_to, bad_reply_to) = match headers.get(headers::REPLY_TO) {
             None => (default_to, None),
-            Some(given) => match subject::publishable(given.as_str()) {
+            Some(given) => match subject::answerable(given.as_str(), &settings.subject_prefix) {
                 Ok(to) => (to.to_owned(), None),
                 Err(why) => (default_to, Some(why)),
             },
@@ -87,7 +87,30 @@ impl Envelope {
     }
 
     /// Publishes `answer`, retrying while the broker is away (for most of the ack wait).
+    /// An answer larger than the broker takes is replaced by an error saying so (it could
+    /// never be published, and delivering the request again would not change that).
     pub async fn publish(&self, shared: &Shared, answer: &EncodedAnswer, version: Option<&str>) -> bool {
+        let max_payload = shared.client.server_info().max_payload;
+        let too_large;
+        let answer = if answer.body.len() + ANSWER_HEADERS_ROOM > max_payload {
+            tracing::warn!(
+                id = %clip(&self.request_id),
+                bytes = answer.body.len(),
+                max_payload,
+                "an answer is larger than the broker takes; answered 500 instead"
+            );
+            too_large = EncodedAnswer::error(
+                500,
+                &format!(
+                    "the answer ({} bytes) is larger than the NATS server's max_payload ({max_payload} bytes): \
+                     ask for fewer items or outputs, or raise max_payload",
+                    answer.body.len()
+                ),
+            );
+            &too_large
+        } else {
+            answer
+        };
         let map = AnswerHeaders {
             request_id: &self.request_id,
             sequence: self.sequence,
@@ -119,6 +142,22 @@ impl Envelope {
             wait = (wait * 2).min(Duration::from_secs(2));
         }
     }
+}
+
+/// Room left in a message for the answer's headers (the request id is cut to fit).
+const ANSWER_HEADERS_ROOM: usize = 4096;
+
+/// Longest request id an answer's headers carry (an `id` of any length is echoed whole in
+/// a REST body; a header is cut).
+const MAX_ID_BYTES: usize = 1024;
+
+/// `id`, cut to [`MAX_ID_BYTES`] at a character boundary.
+fn clip_id(id: &str) -> String {
+    let mut end = id.len().min(MAX_ID_BYTES);
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    id[..end].to_owned()
 }
 
 /// What the inference path answered.
@@ -202,8 +241,8 @@ async fn answer(shared: &Shared, envelope: &mut Envelope, headers: &HeaderMap, p
             EncodedAnswer::error(status, &message)
         }
         Ok(request) => {
-            if let Some(id) = request.id.as_ref().filter(|id| !id.is_empty()) {
-                envelope.request_id = id.clone();
+            if let Some(id) = request.id.as_deref().filter(|id| !id.is_empty()) {
+                envelope.request_id = clip_id(id);
             }
             match call.run(request).await {
                 Ok(inferred) => match EncodedAnswer::inferred_offloaded(call.model(), inferred).await {

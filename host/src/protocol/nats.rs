@@ -101,6 +101,28 @@ pub fn publishable(subject: &str) -> Result<&str, String> {
     Ok(subject)
 }
 
+/// `subject` if a client may have its answer published there: a plain subject
+/// ([`publishable`]) that is neither the broker's own (`$JS.API.…` would have the server
+/// send JetStream commands, `$SYS.…` system requests) nor a request subject below
+/// `request_prefix` (the answer would come back as a request).
+pub fn answerable<'a>(subject: &'a str, request_prefix: &str) -> Result<&'a str, String> {
+    let subject = publishable(subject)?;
+    let refuse = |why: &str| {
+        Err(format!(
+            "header {}: {:?} is not a subject to answer on: {why}",
+            headers::REPLY_TO,
+            clip(subject)
+        ))
+    };
+    if subject.starts_with('$') {
+        return refuse("subjects starting with `$` are the broker's own");
+    }
+    if subject == request_prefix || subject.starts_with(&format!("{request_prefix}.")) {
+        return refuse("it is a request subject");
+    }
+    Ok(subject)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +166,25 @@ mod tests {
         assert_eq!(request_subject("p", "m", None), "p.m");
         assert_eq!(request_subject("p", "m", Some("2")), "p.m.2");
         assert_eq!(answer_subject("tensorplug.answers", "m"), "tensorplug.answers.m");
+    }
+
+    #[test]
+    fn the_broker_s_own_subjects_and_request_subjects_are_not_answered_on() {
+        assert_eq!(answerable("_INBOX.x", "tensorplug.infer"), Ok("_INBOX.x"));
+        assert_eq!(
+            answerable("tensorplug.inference", "tensorplug.infer"),
+            Ok("tensorplug.inference")
+        );
+        for bad in [
+            "$JS.API.STREAM.DELETE.TENSORPLUG_INFER",
+            "$SYS.REQ.SERVER.PING",
+            "$KV.bucket.key",
+            "tensorplug.infer",
+            "tensorplug.infer.digits",
+        ] {
+            let error = answerable(bad, "tensorplug.infer").expect_err(bad);
+            assert!(error.starts_with("header Tensorplug-Reply-To: "), "{error}");
+        }
     }
 
     #[test]
