@@ -7,13 +7,7 @@ use super::TestServer;
 
 /// The server's metrics, parsed; fails the test if the body is not Prometheus text.
 pub async fn scrape(server: &TestServer) -> Metrics {
-    let response = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("GET /metrics");
-    assert_eq!(response.status(), 200);
+    let response = get_metrics(&server.client, server.url("/metrics")).await;
     let content_type = response.headers()["content-type"]
         .to_str()
         .expect("content type")
@@ -27,14 +21,14 @@ pub async fn scrape(server: &TestServer) -> Metrics {
 
 /// `/metrics` of a server process, parsed.
 pub async fn scrape_process(server: &super::process::ServerProcess) -> Metrics {
-    let response = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("GET /metrics");
-    assert_eq!(response.status(), 200);
+    let response = get_metrics(&server.client, server.url("/metrics")).await;
     Metrics::parse(response.text().await.expect("metrics body"))
+}
+
+async fn get_metrics(client: &reqwest::Client, url: String) -> reqwest::Response {
+    let response = client.get(url).send().await.expect("GET /metrics");
+    assert_eq!(response.status(), 200);
+    response
 }
 
 pub struct Metrics {

@@ -302,6 +302,25 @@ fn assert_correct(ids: &[String], answers: &HashMap<String, Vec<crate::common::n
 
 const FAULT_REQUESTS: usize = 600;
 
+/// Waits for the answers of the fault tests' `ids`: every one answered, none lost, each the
+/// right answer (repeated ones equal to the first); what was counted, printed.
+async fn every_answered(
+    context: &async_nats::jetstream::Context,
+    ids: &[String],
+    fault: &str,
+) -> crate::common::nats::Tally {
+    let kept = answers(context, "tensorplug.answers.faulty", ids, Duration::from_secs(60)).await;
+    let counted = tally(ids, &kept);
+    eprintln!("{fault}: {counted:?}");
+    assert_eq!(
+        (counted.sent, counted.answered, counted.lost),
+        (FAULT_REQUESTS, FAULT_REQUESTS, 0),
+        "{fault}"
+    );
+    assert_correct(ids, &kept);
+    counted
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_lost_when_the_broker_restarts() {
     let mut broker = Broker::start();
@@ -333,14 +352,7 @@ async fn nothing_is_lost_when_the_broker_restarts() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     broker.restart();
     let ids = producer.await.unwrap();
-    let kept = answers(&context, "tensorplug.answers.faulty", &ids, Duration::from_secs(60)).await;
-    let counted = tally(&ids, &kept);
-    eprintln!("broker restart: {counted:?}");
-    assert_eq!(
-        (counted.sent, counted.answered, counted.lost),
-        (FAULT_REQUESTS, FAULT_REQUESTS, 0)
-    );
-    assert_correct(&ids, &kept);
+    every_answered(&context, &ids, "broker restart").await;
     let ready = server
         .client
         .get(server.url("/v2/health/ready"))
@@ -374,14 +386,7 @@ async fn nothing_is_lost_when_a_replica_is_killed_mid_batch() {
     }
     drop(doomed);
     let ids = producer.await.unwrap();
-    let kept = answers(&context, "tensorplug.answers.faulty", &ids, Duration::from_secs(60)).await;
-    let counted = tally(&ids, &kept);
-    eprintln!("replica killed: {counted:?}");
-    assert_eq!(
-        (counted.sent, counted.answered, counted.lost),
-        (FAULT_REQUESTS, FAULT_REQUESTS, 0)
-    );
-    assert_correct(&ids, &kept);
+    every_answered(&context, &ids, "replica killed").await;
     let metrics = scrape_process(&survivor).await;
     eprintln!(
         "survivor: redeliveries {}",
@@ -410,14 +415,8 @@ async fn nothing_is_lost_when_a_replica_drains_on_sigterm() {
         drained.log()
     );
     let ids = producer.await.unwrap();
-    let kept = answers(&context, "tensorplug.answers.faulty", &ids, Duration::from_secs(60)).await;
-    let counted = tally(&ids, &kept);
-    eprintln!("replica drained: {counted:?}");
-    assert_eq!(
-        (counted.sent, counted.answered, counted.lost, counted.duplicated),
-        (FAULT_REQUESTS, FAULT_REQUESTS, 0, 0)
-    );
-    assert_correct(&ids, &kept);
+    let counted = every_answered(&context, &ids, "replica drained").await;
+    assert_eq!(counted.duplicated, 0, "a drained replica answers what it holds once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,7 +446,9 @@ async fn hostile_messages_are_answered_as_rest_answers_them_and_never_delivered_
             "tensorplug.infer.faulty",
             huge.clone(),
             vec![],
-            "/v2/models/faulty/infer",
+            // REST answers this one while the client still sends (a reset may beat the
+            // answer): compared with REST's wording below instead.
+            "",
             413,
         ),
         (
@@ -509,6 +510,10 @@ async fn hostile_messages_are_answered_as_rest_answers_them_and_never_delivered_
             );
         }
     }
+    assert_eq!(
+        String::from_utf8_lossy(&got["1"].1),
+        format!(r#"{{"error":"request body is larger than the limit of {limit} bytes"}}"#)
+    );
     // A reply subject that cannot be published to: answered on the default subject.
     let mut headers = header("bad-reply");
     headers.insert("Tensorplug-Reply-To", "a.*.b");

@@ -169,10 +169,7 @@ pub async fn run_with_grpc(
             let grpc_address = grpc_listener.local_addr()?;
             // Not `address=`: that names the REST port in the log, once.
             tracing::info!(grpc = %grpc_address, "serving the Open Inference Protocol over gRPC");
-            let mut stopping = stopping_rx.clone();
-            let stop = async move {
-                let _ = stopping.wait_for(Option::is_some).await;
-            };
+            let stop = stopped(stopping_rx.clone());
             let state = GrpcState {
                 repository: repository.clone(),
                 max_message_bytes: max_body_bytes,
@@ -196,10 +193,7 @@ pub async fn run_with_grpc(
     // The queue edge beside them: it stops pulling on the same signal, answers what it
     // holds, and is waited for under the same deadline, before the drain.
     let nats = nats_settings.map(|settings| {
-        let mut stopping = stopping_rx.clone();
-        let stop = async move {
-            let _ = stopping.wait_for(Option::is_some).await;
-        };
+        let stop = stopped(stopping_rx.clone());
         let edge = NatsEdge {
             settings,
             repository: repository.clone(),
@@ -231,24 +225,9 @@ pub async fn run_with_grpc(
     let mut in_time = ended_by_itself || tokio::time::timeout_at(deadline, &mut serving).await.is_ok();
     // Dropping the server drops whatever request is still running.
     drop(serving);
-    if let Some(mut grpc) = grpc {
-        match tokio::time::timeout_at(deadline, &mut grpc).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::error!("gRPC server task failed: {error}"),
-            Err(_) => {
-                in_time = false;
-                grpc.abort();
-            }
-        }
-    }
-    if let Some(mut nats) = nats {
-        match tokio::time::timeout_at(deadline, &mut nats).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::error!("NATS edge task failed: {error}"),
-            Err(_) => {
-                in_time = false;
-                nats.abort();
-            }
+    for (edge, task) in [("gRPC server", grpc), ("NATS edge", nats)] {
+        if let Some(task) = task {
+            in_time &= finished_by(deadline, edge, task).await;
         }
     }
     in_time &= repository.drain(deadline).await;
@@ -261,4 +240,25 @@ pub async fn run_with_grpc(
         );
     }
     Ok(())
+}
+
+/// Resolves once the drain has begun (the watch holds its deadline).
+async fn stopped(mut stopping: tokio::sync::watch::Receiver<Option<Instant>>) {
+    let _ = stopping.wait_for(Option::is_some).await;
+}
+
+/// Waits for an edge's task (`edge` names it in the log) until `deadline`, aborting it
+/// then; whether it finished in time.
+async fn finished_by(deadline: Instant, edge: &str, mut task: tokio::task::JoinHandle<()>) -> bool {
+    match tokio::time::timeout_at(deadline, &mut task).await {
+        Ok(Ok(())) => true,
+        Ok(Err(error)) => {
+            tracing::error!("{edge} task failed: {error}");
+            true
+        }
+        Err(_) => {
+            task.abort();
+            false
+        }
+    }
 }
