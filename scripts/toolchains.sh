@@ -6,7 +6,11 @@
 #   python  componentize-py (PyPI), in a virtualenv of python3 (which must have venv)
 #   js      @bytecodealliance/componentize-js (npm), with Node.js >= 18 (Debian's nodejs
 #           and npm when there is no node)
-# Usage: scripts/toolchains.sh [LANGUAGE...]   (no argument: every language above)
+# and the tests' tools:
+#   image     podman, buildah, runc (the container image's build and test)
+#   balancer  HAProxy (the rolling-update test)
+#   broker    nats-server (the NATS queue edge's tests start it themselves)
+# Usage: scripts/toolchains.sh [NAME...]   (no argument: every one above)
 # Prints the folder holding the installed command-line tools (wit-bindgen, componentize-py,
 # componentize-js) as its last line of stdout; says nothing else unless it installs (one line per step, on stderr) or
 # fails (what is missing, on stderr, and a non-zero exit). Called by scripts/test.sh before

@@ -1,7 +1,7 @@
 //! The layering of [`crate`], checked: every `crate::<module>` a source file names must
 //! be its own layer or one below. Protocol and serving sit side by side (neither names
-//! the other), and so do the three front doors: the two edges, http and grpc, and batch
-//! (`tensorplug infer`), which speaks both wire formats through protocol.
+//! the other), and so do the front doors: the edges, http, grpc and nats, and batch
+//! (`tensorplug infer`), which speaks their wire formats through protocol.
 
 use std::path::Path;
 
