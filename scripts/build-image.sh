@@ -10,7 +10,8 @@
 #   --binary  puts PATH in the image instead (e.g. target/debug/tensorplug, as
 #             scripts/test-image.sh does to reuse the test build); a dynamically linked
 #             one gets the libraries it links copied beside it
-#   --tag     the image's name (default tensorplug:<version of host/Cargo.toml>)
+#   --tag     the image's name (default tensorplug:<the tensorplug package's version, as
+#             cargo resolves it: the workspace's, which host/Cargo.toml inherits>)
 # Prints the image's name and size. Needs root (or sudo-less rootful) buildah and podman:
 # scripts/toolchains.sh image installs Debian's.
 set -euo pipefail
@@ -20,7 +21,10 @@ cd "$root"
 source scripts/lib/plugins.sh
 export CONTAINERS_CONF="$root/scripts/containers.conf"
 
-version="$(sed -n 's/^version = "\(.*\)"$/\1/p' host/Cargo.toml | head -n 1)"
+# `cargo pkgid` resolves `version.workspace = true` (host/Cargo.toml names no number):
+# path+file:///…/host#tensorplug@0.1.0
+version="$(cargo pkgid -p tensorplug 2>/dev/null | sed -n 's/.*[#@]\([0-9][^#@]*\)$/\1/p')"
+[[ -n "$version" ]] || fail "cannot tell the tensorplug package's version (cargo pkgid -p tensorplug)"
 binary=""
 tag="tensorplug:$version"
 while [[ $# -gt 0 ]]; do
