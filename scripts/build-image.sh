@@ -12,8 +12,8 @@
 #             one gets the libraries it links copied beside it
 #   --tag     the image's name (default tensorplug:<the tensorplug package's version, as
 #             cargo resolves it: the workspace's, which host/Cargo.toml inherits>)
-# Prints the image's name and size. Needs root (or sudo-less rootful) buildah and podman:
-# scripts/toolchains.sh image installs Debian's.
+# Prints the image's name and size. Needs root (or sudo-less rootful) buildah and podman,
+# which it installs (scripts/toolchains.sh image: Debian's, pinned) when they are missing.
 set -euo pipefail
 script=build-image
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,6 +34,8 @@ while [[ $# -gt 0 ]]; do
     *) fail "unknown argument '$1' (usage: scripts/build-image.sh [--binary PATH] [--tag NAME])" ;;
     esac
 done
+# Installed here, for this purpose only (pinned; nothing to do when they are there).
+./scripts/toolchains.sh image >/dev/null
 command -v buildah >/dev/null 2>&1 && command -v podman >/dev/null 2>&1 ||
     fail "buildah and podman are missing: install them with ./scripts/toolchains.sh image"
 

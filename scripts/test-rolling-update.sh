@@ -16,12 +16,14 @@
 #      took to mark it down.
 #
 # SHUTDOWN_DELAY_MS sets the replicas' --shutdown-delay-ms (default 1000: five of the
-# balancer's check intervals). Prints the figures. Needs haproxy (scripts/toolchains.sh balancer) and python3.
+# balancer's check intervals). Prints the figures. Needs haproxy (installed
+# here when missing: scripts/toolchains.sh balancer) and python3.
 set -euo pipefail
 script=test-rolling-update
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source scripts/lib/plugins.sh
+./scripts/toolchains.sh balancer >/dev/null
 command -v haproxy >/dev/null 2>&1 || fail "haproxy is missing: install it with ./scripts/toolchains.sh balancer"
 
 cargo build --locked -p tensorplug --bin tensorplug -p tensorplug-loadgen --bin tensorplug-loadgen >/dev/null 2>&1 ||
