@@ -22,19 +22,36 @@ source scripts/lib/plugins.sh
 export CONTAINERS_CONF="$root/scripts/containers.conf"
 [[ $EUID -eq 0 ]] || fail "the image test runs podman rootful: run it as root"
 
-tag="tensorplug:test-$$"
+# The image is built with build-image.sh's own default name, the one the README runs
+# (tensorplug:<version>), so that the command as printed is what is tested; an image of
+# that name made before is set aside and put back afterwards.
+version="$(cargo metadata --format-version 1 --no-deps --locked |
+    python3 -c 'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "tensorplug"))')"
+tag="tensorplug:$version"
+kept="tensorplug:kept-by-test-image-$$"
 volume="tensorplug-test-cache-$$"
 name="tensorplug-test-$$"
+had_image=false
 cleanup() {
     podman rm -f "$name" >/dev/null 2>&1 || true
     podman volume rm -f "$volume" >/dev/null 2>&1 || true
     podman rmi -f "$tag" >/dev/null 2>&1 || true
+    if $had_image; then
+        podman tag "$kept" "$tag" >/dev/null 2>&1 || true
+        podman rmi "$kept" >/dev/null 2>&1 || true
+    fi
 }
 trap cleanup EXIT
+if podman image exists "$tag"; then
+    had_image=true
+    podman tag "$tag" "$kept"
+fi
 
 cargo build --locked -p tensorplug --bin tensorplug >/dev/null 2>&1 ||
     fail "cargo build -p tensorplug failed"
-./scripts/build-image.sh --binary "$target_dir/debug/tensorplug" --tag "$tag" | sed 's/^/image: /'
+built="$(./scripts/build-image.sh --binary "$target_dir/debug/tensorplug")"
+printf 'image: %s\n' "$built"
+[[ "${built%% *}" == "$tag" ]] || fail "build-image.sh named the image '${built%% *}', not $tag"
 
 # A free loopback port.
 # start PORT PODMAN-ARGS...: starts the container, waits until it is ready; prints the

@@ -15,6 +15,7 @@ mod conformance;
 mod deadlines;
 mod deploy;
 mod digits;
+mod docs;
 mod failures;
 mod fairness;
 mod faults;
