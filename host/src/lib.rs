@@ -1,7 +1,8 @@
 //! tensorplug: an inference server whose models are sandboxed WebAssembly plugins.
 //!
 //! Layers, top to bottom; a module imports only from the layers below it (the test
-//! `layers_import_downwards` below checks it):
+//! `layers_import_downwards` below checks it), and the files inside one import each other
+//! without circles (`modules_import_without_circles`):
 //!
 //! | layer | owns |
 //! | --- | --- |

@@ -10,6 +10,7 @@
 //! [`RepositoryAccess`] rules as REST, with the token from the `authorization`
 //! metadata (`Bearer <token>`).
 
+pub mod bounds;
 pub mod budget;
 pub mod codec;
 pub mod convert;
@@ -84,7 +85,7 @@ pub async fn serve(
     let repository = state.repository.clone();
     let refused = state.metrics.clone();
     let ping_interval = state.connections.ping_interval();
-    let edge = edge::EdgeLayer::new(edge::EdgeBounds {
+    let edge = edge::EdgeLayer::new(bounds::EdgeBounds {
         message_read_timeout: state.message_read_timeout,
         answer_unread_timeout: state.connections.idle_timeout,
         metrics: state.metrics.clone(),

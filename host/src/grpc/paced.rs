@@ -13,7 +13,7 @@
 //! again, the call ends `DEADLINE_EXCEEDED`.
 //!
 //! It also rewrites a client's-fault `INTERNAL` in the answer's trailers
-//! ([`super::edge::rewrite_client_fault`]).
+//! ([`super::bounds::rewrite_client_fault`]).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::Status;
 
-use super::edge::{refuse_malformed, rewrite_client_fault, EdgeBounds};
+use super::bounds::{refuse_malformed, rewrite_client_fault, EdgeBounds};
 use super::status::{edge_status, EdgeError};
 use crate::sync::lock;
 

@@ -19,7 +19,7 @@ use tokio::time::{Instant, Sleep};
 use tonic::body::Body;
 use tonic::Status;
 
-use super::edge::EdgeBounds;
+use super::bounds::EdgeBounds;
 use super::reflection_check::ReflectionCheck;
 use super::status::{edge_status, EdgeError};
 

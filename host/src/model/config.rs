@@ -15,6 +15,10 @@ use super::request_parameters::{self, RawRequestParameter, RequestParameter};
 use super::StageKind;
 use crate::model::tensor::DataType;
 
+/// Defined with the tensors, so that [`super::openai`], which `parse` here calls, needs
+/// nothing from this module.
+pub use crate::model::tensor::TensorSpec;
+
 /// The file every model folder must have.
 pub const MODEL_FILE: &str = "model.toml";
 
@@ -24,33 +28,6 @@ pub const MODEL_FILE: &str = "model.toml";
 pub struct ConfigError {
     pub file: PathBuf,
     pub message: String,
-}
-
-/// A declared input or output: name, datatype and per-item shape(s).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TensorSpec {
-    pub name: String,
-    pub datatype: DataType,
-    /// Accepted per-item shapes (without the batch dimension); -1 matches any size.
-    pub shapes: Vec<Vec<i64>>,
-}
-
-impl TensorSpec {
-    /// Whether a per-item shape is one of the accepted ones.
-    pub fn accepts_shape(&self, shape: &[u64]) -> bool {
-        self.shapes.iter().any(|accepted| {
-            accepted.len() == shape.len() && accepted.iter().zip(shape).all(|(&a, &s)| a < 0 || a as u64 == s)
-        })
-    }
-
-    /// The accepted shapes as a client reads them, e.g. `[64] or [8, 8]`.
-    pub fn describe_shapes(&self) -> String {
-        self.shapes
-            .iter()
-            .map(|s| format!("{s:?}"))
-            .collect::<Vec<_>>()
-            .join(" or ")
-    }
 }
 
 /// How requests are grouped into batches.

@@ -2,8 +2,7 @@
 //! tensors each route reads and writes. Only embeddings exist: texts in, one vector per
 //! item out (`POST /v1/embeddings`).
 
-use super::config::TensorSpec;
-use super::tensor::DataType;
+use super::tensor::{DataType, TensorSpec};
 
 /// `[openai.embeddings]`: the model answers OpenAI's embeddings route.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -88,6 +88,34 @@ impl fmt::Display for DataType {
     }
 }
 
+/// A declared input or output (`model.toml`'s `inputs` and `outputs`): name, datatype and
+/// per-item shape(s).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub datatype: DataType,
+    /// Accepted per-item shapes (without the batch dimension); -1 matches any size.
+    pub shapes: Vec<Vec<i64>>,
+}
+
+impl TensorSpec {
+    /// Whether a per-item shape is one of the accepted ones.
+    pub fn accepts_shape(&self, shape: &[u64]) -> bool {
+        self.shapes.iter().any(|accepted| {
+            accepted.len() == shape.len() && accepted.iter().zip(shape).all(|(&a, &s)| a < 0 || a as u64 == s)
+        })
+    }
+
+    /// The accepted shapes as a client reads them, e.g. `[64] or [8, 8]`.
+    pub fn describe_shapes(&self) -> String {
+        self.shapes
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(" or ")
+    }
+}
+
 /// A named dense tensor (see the module docs for the byte layout).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {

@@ -3,7 +3,7 @@
 //! Calls are async (wasmtime's `call_async`, async WASI) and driven here on the calling
 //! thread. Two mechanisms hold the deadline together:
 //! - wasm code checks the engine's epoch and traps when the store's epoch deadline
-//!   passes ([`super::EPOCH_TICK`] resolution);
+//!   passes ([`EPOCH_TICK`] resolution);
 //! - a call parked in a host call (a sleep, a poll, a blocking read) checks no epoch, so
 //!   the call's future is raced against a timer and dropped when the timer wins. The
 //!   store is then unusable, and the pipeline replaces the instance as after any trap.
@@ -17,7 +17,16 @@
 //! is the server runtime's (driven by the runtime threads the idle path leaves free).
 
 use std::future::Future;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Wall time between two epoch increments (the engine's ticker): the resolution of every
+/// time limit.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// Converts a time limit into epoch ticks (at least one).
+pub(crate) fn deadline_ticks(limit: Duration) -> u64 {
+    (limit.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64
+}
 
 /// The call did not finish within its time limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

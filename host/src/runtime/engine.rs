@@ -4,7 +4,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
 
 use std::path::Path;
 use wasmtime::component::{HasSelf, Linker};
@@ -12,12 +11,10 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Cache, CacheConfig, Config, Engine, WasmBacktraceDetails};
 
 use super::bindings::{log, metadata, metrics, nn};
+use super::deadline::EPOCH_TICK;
 use super::plugin_metrics::{PluginMetrics, PluginPage};
 use super::store::StoreState;
 use super::RuntimeError;
-
-/// Wall time between two epoch increments: the resolution of every time limit.
-pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// The engine, the linker every stage is instantiated through, and the ticker.
 ///
@@ -104,11 +101,6 @@ impl Runtime {
     pub fn linker(&self) -> &Linker<StoreState> {
         &self.linker
     }
-}
-
-/// Converts a time limit into epoch ticks (at least one).
-pub(crate) fn deadline_ticks(limit: Duration) -> u64 {
-    (limit.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64
 }
 
 struct Ticker {

@@ -7,7 +7,7 @@ mod bindings;
 mod compile;
 mod convert;
 mod deadline;
-pub use deadline::on_this_runtime_thread;
+pub use deadline::{on_this_runtime_thread, EPOCH_TICK};
 mod engine;
 pub mod nn;
 mod output;
@@ -19,7 +19,7 @@ mod wasi_files;
 mod wit_version;
 
 pub use compile::CompileReport;
-pub use engine::{Runtime, EPOCH_TICK};
+pub use engine::Runtime;
 pub use shared::ModelShared;
 pub use stage::{Prediction, StageInstance, StageTemplate, Trapped};
 pub use store::{SandboxLimits, StageTag, MODEL_DIR_GUEST_PATH};

@@ -327,7 +327,7 @@ fn call<R>(
     make: impl AsyncFnOnce(&mut Store<StoreState>) -> wasmtime::Result<R>,
 ) -> Result<R, Trapped> {
     let limit = template.limits.call_timeout;
-    store.set_epoch_deadline(super::engine::deadline_ticks(limit));
+    store.set_epoch_deadline(deadline::deadline_ticks(limit));
     // One instant for the timer, and for `wasi:nn` compute (which epochs do not stop).
     let until = std::time::Instant::now() + limit;
     store.data_mut().arm_deadline(until);

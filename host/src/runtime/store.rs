@@ -334,7 +334,7 @@ pub fn new_store(
     // What a call may pass to the host: its answer must fit in the instance's memory
     // anyway, so that is the bound (wasmtime's default is 128 MiB whatever the memory).
     store.set_hostcall_fuel(limits.memory_bytes.saturating_add(1 << 20));
-    store.set_epoch_deadline(super::engine::deadline_ticks(limits.init_timeout));
+    store.set_epoch_deadline(super::deadline::deadline_ticks(limits.init_timeout));
     Ok(store)
 }
 
