@@ -85,6 +85,12 @@ async fn each_failure_fails_its_item_alone(language: &str, uncaught: &str, past_
     );
     assert_eq!(output_f32(&body["results"][2], "y"), vec![6.0]);
 
+    // 1 MiB printed to stdout and stderr: the host keeps 64 KiB and drops the rest (the
+    // stream stays open, so `print` does not fail the item), and the item is answered.
+    let (status, body) = post_x(&server, &model, &[1.0, -11.0, 3.0]).await;
+    assert_eq!(status, 200, "a flood of output fails nothing: {body}");
+    assert_eq!(output_f32(&body, "y"), vec![2.0, -22.0, 6.0]);
+
     for (fault, status, says) in [
         (-71.0, 500, past_the_sdk),
         (-3.0, 500, out_of_memory),

@@ -3,8 +3,10 @@
 //! Each store writes its guest's stdout and stderr into a bounded in-memory buffer that
 //! the host drains after every call: the text goes to the host's log (tagged with the
 //! model and stage) and, after a trap, into the error message — that is where a Rust
-//! guest's panic message ends up. A guest that writes more than the buffer holds between
-//! two calls sees its stream closed, which bounds host memory whatever the plugin does.
+//! guest's panic message ends up. What a guest writes past the buffer between two calls
+//! is dropped and counted (the drained text ends with how much): the stream stays open, so
+//! a plugin's `print` never fails (Python raised `BrokenPipeError` on a closed stream,
+//! which failed the item), and host memory stays bounded whatever the plugin does.
 
 use std::io;
 use std::pin::Pin;
@@ -13,13 +15,18 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+
+/// How much a guest may write in one go (`check-write`): the WASI stream's usual permit.
+const WRITE_PERMIT: usize = 4096;
 
 /// A bounded, drainable output buffer shared between a store's WASI context and the host.
 #[derive(Clone, Debug)]
 pub struct CapturedOutput {
     buffer: Arc<Mutex<Vec<u8>>>,
     capacity: usize,
+    /// Bytes dropped since the last drain.
+    dropped: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl CapturedOutput {
@@ -28,14 +35,26 @@ impl CapturedOutput {
         Self {
             buffer: Arc::new(Mutex::new(Vec::new())),
             capacity,
+            dropped: Arc::default(),
         }
     }
 
-    /// Takes everything written since the last drain, as (lossy) UTF-8 text.
+    /// Takes everything written since the last drain, as (lossy) UTF-8 text, ending with
+    /// a line saying how many bytes were dropped, if any were.
     pub fn drain(&self) -> String {
         let mut buffer = self.lock();
-        let text = String::from_utf8_lossy(&buffer).into_owned();
+        let mut text = String::from_utf8_lossy(&buffer).into_owned();
         buffer.clear();
+        let dropped = self.dropped.swap(0, std::sync::atomic::Ordering::Relaxed);
+        if dropped > 0 {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&format!(
+                "[{dropped} more bytes of output dropped: at most {} are kept per call]",
+                self.capacity
+            ));
+        }
         text
     }
 
@@ -45,15 +64,15 @@ impl CapturedOutput {
         crate::sync::lock(&self.buffer)
     }
 
-    fn room(&self) -> usize {
-        self.capacity.saturating_sub(self.lock().len())
-    }
-
-    fn append(&self, bytes: &[u8]) -> usize {
+    /// Keeps what fits of `bytes` and counts the rest as dropped.
+    fn append(&self, bytes: &[u8]) {
         let mut buffer = self.lock();
         let n = bytes.len().min(self.capacity.saturating_sub(buffer.len()));
         buffer.extend_from_slice(&bytes[..n]);
-        n
+        let dropped = (bytes.len() - n) as u64;
+        if dropped > 0 {
+            self.dropped.fetch_add(dropped, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
@@ -64,9 +83,7 @@ impl Pollable for CapturedOutput {
 
 impl OutputStream for CapturedOutput {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
-        if self.append(&bytes) < bytes.len() {
-            return Err(StreamError::Closed);
-        }
+        self.append(&bytes);
         Ok(())
     }
 
@@ -75,19 +92,15 @@ impl OutputStream for CapturedOutput {
     }
 
     fn check_write(&mut self) -> StreamResult<usize> {
-        match self.room() {
-            0 => Err(StreamError::Closed),
-            room => Ok(room),
-        }
+        // Always room: what does not fit is dropped, not refused.
+        Ok(WRITE_PERMIT)
     }
 }
 
 impl tokio::io::AsyncWrite for CapturedOutput {
     fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        match self.append(buf) {
-            0 if !buf.is_empty() => Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-            n => Poll::Ready(Ok(n)),
-        }
+        self.append(buf);
+        Poll::Ready(Ok(buf.len()))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -120,13 +133,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn drains_and_bounds() {
+    fn keeps_what_fits_drops_and_counts_the_rest_and_never_closes() {
         let mut out = CapturedOutput::new(8);
-        assert_eq!(out.check_write().ok(), Some(8));
         out.write(Bytes::from_static(b"hello")).unwrap();
-        assert!(out.write(Bytes::from_static(b"world")).is_err());
-        assert_eq!(out.drain(), "hellowor");
+        // Past the capacity: still accepted (a closed stream fails a Python `print`).
+        out.write(Bytes::from_static(b"world")).unwrap();
+        assert!(out.check_write().is_ok_and(|permit| permit > 0));
+        out.write(Bytes::from(vec![b'x'; 1000])).unwrap();
+        assert_eq!(
+            out.drain(),
+            "hellowor\n[1002 more bytes of output dropped: at most 8 are kept per call]"
+        );
         assert_eq!(out.drain(), "");
-        assert_eq!(out.check_write().ok(), Some(8));
+        out.write(Bytes::from_static(b"again")).unwrap();
+        assert_eq!(out.drain(), "again");
     }
 }

@@ -10,6 +10,7 @@
 // | -2 | loops forever (the deadline) |
 // | -3 | allocates until memory runs out |
 // | -5 | fails alone: 422 "faulty-js: item rejected" |
+// | -11 | logs 1 MiB with console.log and console.error, then answers as usual |
 // | -71 | throws from the export itself, past the SDK (a whole-call error) |
 import * as tp from '../../../sdk/js/tensorplug.js';
 
@@ -25,6 +26,12 @@ const exports = tp.predictor({
         for (;;) hog.push(new Float64Array(1 << 17).fill(i));
       }
       if (value === -5) failures.fail(i, 422, 'faulty-js: item rejected');
+      if (value === -11) {
+        for (let line = 0; line < 256; line++) {
+          console.log('o'.repeat(4095));
+          console.error('e'.repeat(4095));
+        }
+      }
       y.values[i] = 2 * value;
     });
     tp.counterAdd('batches');

@@ -10,8 +10,11 @@ these codes triggers a fault:
 | -2 | loops forever (the deadline) |
 | -3 | allocates until memory runs out |
 | -5 | fails alone: 422 "faulty-python: item rejected" |
+| -11 | prints 1 MiB to stdout and to stderr, then answers as usual (the host keeps 64 KiB) |
 | -71 | raises from the export itself, past the SDK (componentize-py traps) |
 """
+
+import sys
 
 import tensorplug as tp
 
@@ -37,6 +40,10 @@ class WitWorld(tp.Predictor):
                     hog.append(bytearray(1 << 20))
             if value == -5:
                 failures.fail(i, 422, "faulty-python: item rejected")
+            if value == -11:
+                for _ in range(256):
+                    print("o" * 4095)
+                    print("e" * 4095, file=sys.stderr)
             y.values[i] = 2 * value
         tp.counter_add("batches")
         return [y]
