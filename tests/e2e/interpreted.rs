@@ -137,3 +137,18 @@ async fn each_javascript_failure_fails_only_its_item() {
     )
     .await;
 }
+
+/// An exception with a 16 MiB message: the SDK cuts it before formatting (formatting the
+/// whole of it ran the plugin out of memory, a trap), so it stays the item's clean 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_exception_with_a_16_mib_message_is_its_item_s_500() {
+    let model = "faulty-python";
+    let repository = repository_of(&common::root().join("tests/models").join(model));
+    let server = TestServer::start(repository.path()).await;
+    let (status, body) = post_x(&server, model, &[1.0, -12.0, 3.0]).await;
+    assert_eq!(status, 207, "{body}");
+    assert_only_the_middle_failed(&body, 500, "RuntimeError: faulty-python: xxx");
+    let error = body["results"][1]["error"].as_str().unwrap();
+    assert!(error.len() < 8192, "{}", error.len());
+    server.stop().await;
+}

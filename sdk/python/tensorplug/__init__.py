@@ -257,12 +257,32 @@ def _wit_tensor(tensor: Union[Output, TensorView, _types.Tensor]) -> _types.Tens
     return tensor.to_wit() if isinstance(tensor, (Output, TensorView)) else tensor
 
 
+# Longest exception message an answer and the log carry, in characters: a plugin's
+# exception may hold megabytes, and copying it while formatting ran the plugin out of its
+# memory (a trap) instead of failing the item.
+_MAX_MESSAGE = 4096
+
+
+def _cut(text: str) -> str:
+    if len(text) <= _MAX_MESSAGE:
+        return text
+    return f"{text[:_MAX_MESSAGE]}... ({len(text) - _MAX_MESSAGE} more characters)"
+
+
 def _refusal(failure: Exception) -> _types.ItemError:
-    """An `ItemError` as it is; any other exception, a plugin bug, as a logged 500."""
+    """An `ItemError` as it is (its message cut); any other exception, a plugin bug, as a
+    logged 500."""
     if isinstance(failure, ItemError):
-        return failure.to_wit()
-    message = f"{type(failure).__name__}: {failure}"
-    error("".join(traceback.format_exception(failure)).rstrip())
+        return _types.ItemError(failure.status, _cut(failure.message))
+    try:
+        text = str(failure)
+    except Exception:  # an exception whose __str__ raises
+        text = "<the exception's message could not be read>"
+    message = _cut(f"{type(failure).__name__}: {text}")
+    del text
+    # The frames alone, and the message once, cut: never the whole message again.
+    frames = "".join(traceback.format_tb(failure.__traceback__))
+    error(f"Traceback (most recent call last):\n{frames}{message}")
     return _types.ItemError(500, message)
 
 

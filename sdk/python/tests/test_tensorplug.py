@@ -120,6 +120,22 @@ class Stages(unittest.TestCase):
         self.assertEqual(self.logged[0][0], wit_log.Level.ERROR)
         self.assertIn("Traceback", self.logged[0][1])
 
+    def test_a_huge_exception_message_is_cut_in_the_answer_and_the_log(self):
+        class Loud(tp.Predictor):
+            def predict_batch(self, batch, failures):
+                raise RuntimeError("x" * (16 << 20))
+
+        with self.assertRaises(Err) as bug:
+            Loud().predict([tensor("x", tp.FP32, [1, 1], f32(1))])
+        self.assertEqual(bug.exception.value.status, 500)
+        message = bug.exception.value.message
+        self.assertTrue(message.startswith("RuntimeError: xxx"), message[:40])
+        self.assertLess(len(message), 4200)
+        self.assertIn("more characters", message)
+        self.assertEqual(len(self.logged), 1)
+        self.assertIn("Traceback", self.logged[0][1])
+        self.assertLess(len(self.logged[0][1]), 8192)
+
     def test_item_stages_isolate_each_item(self):
         class Post(tp.Postprocessor):
             def setup(self, parameters):

@@ -11,6 +11,7 @@ these codes triggers a fault:
 | -3 | allocates until memory runs out |
 | -5 | fails alone: 422 "faulty-python: item rejected" |
 | -11 | prints 1 MiB to stdout and to stderr, then answers as usual (the host keeps 64 KiB) |
+| -12 | raises RuntimeError with a 16 MiB message (the SDK cuts it: the item's 500) |
 | -71 | raises from the export itself, past the SDK (componentize-py traps) |
 """
 
@@ -40,6 +41,8 @@ class WitWorld(tp.Predictor):
                     hog.append(bytearray(1 << 20))
             if value == -5:
                 failures.fail(i, 422, "faulty-python: item rejected")
+            if value == -12:
+                raise RuntimeError("faulty-python: " + "x" * (16 << 20))
             if value == -11:
                 for _ in range(256):
                     print("o" * 4095)
