@@ -22,6 +22,8 @@ pub fn frame(message: &[u8]) -> Vec<u8> {
 /// What the server answered.
 #[derive(Debug)]
 pub struct RawAnswer {
+    /// The HTTP status (200 for every gRPC answer; h2's own refusals are other).
+    pub http_status: u16,
     pub headers: HeaderMap,
     pub data: Vec<u8>,
     pub trailers: Option<HeaderMap>,
@@ -110,6 +112,7 @@ impl RawClient {
         }
         let read = async move {
             let response = response.await.ok()?;
+            let http_status = response.status().as_u16();
             let headers = response.headers().clone();
             let mut body = response.into_body();
             let mut data = Vec::new();
@@ -122,6 +125,7 @@ impl RawClient {
             // Keeps the request stream open (unless ended) until the answer is read.
             drop(stream);
             Some(RawAnswer {
+                http_status,
                 headers,
                 data,
                 trailers,

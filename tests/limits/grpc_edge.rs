@@ -401,3 +401,68 @@ async fn a_hostile_item_message_leaves_the_item_status_trailer() {
         assert!(answer.metadata_bytes() <= 6 * 1024);
     }
 }
+
+/// Metadata over 16 KiB (HTTP/2's header list, as hyper bounds it by default) is answered
+/// `RESOURCE_EXHAUSTED` with a message naming the limit, where h2 alone answers a bare
+/// HTTP 431 (gRPC clients: `UNKNOWN`) and closes the connection past 64 KiB; the
+/// connection serves its next call. Past the header list HTTP/2 accepts (256 KiB), h2's
+/// 431 is what a client gets, and the connection still serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_metadata_is_answered_with_a_status_naming_the_limit() {
+    use tensorplug::grpc::edge::{HEADER_LIST_CEILING, MAX_METADATA_BYTES};
+    const LIVE: &str = "/inference.GRPCInferenceService/ServerLive";
+    const KIB: usize = 1024;
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
+    let repository = wide_faulty_repository();
+    let server = ServerProcess::spawn(repository.path(), &["--grpc-port", "0"]).await;
+    let client = RawClient::connect(server.grpc_address()).await;
+    let within = Duration::from_secs(20);
+    let live = |padding: usize| {
+        let client = client.clone();
+        async move {
+            let value = "m".repeat(padding);
+            let headers: &[(&str, &str)] = if padding == 0 { &[] } else { &[("x-padding", &value)] };
+            client.call_with(LIVE, headers, vec![frame(&[])], true, within).await
+        }
+    };
+    assert_eq!(live(0).await.expect("answered").status().code(), Code::Ok);
+    // Just under the limit: served (the pseudo-headers and te/content-type take ~250 bytes).
+    let under = live(MAX_METADATA_BYTES - KIB).await.expect("answered");
+    assert_eq!(under.status().code(), Code::Ok, "{:?}", under.status());
+    for padding in [20 * KIB, 100 * KIB] {
+        let answer = live(padding)
+            .await
+            .unwrap_or_else(|| panic!("{padding} bytes of metadata: no answer"));
+        let status = answer.status();
+        println!(
+            "{padding} bytes of metadata: HTTP {}, {:?}: {}",
+            answer.http_status,
+            status.code(),
+            status.message()
+        );
+        assert_eq!(answer.http_status, 200);
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(
+            status
+                .message()
+                .contains(&format!("over the limit of {MAX_METADATA_BYTES} bytes"))
+                && status.message().contains("metadata is"),
+            "{status:?}"
+        );
+        // The same connection goes on serving.
+        assert_eq!(
+            live(0).await.expect("answered after a refusal").status().code(),
+            Code::Ok
+        );
+    }
+    // Past the ceiling: h2's own 431, no gRPC status; the connection goes on serving.
+    let past = HEADER_LIST_CEILING as usize + 16 * KIB;
+    let answer = live(past).await.expect("answered");
+    println!(
+        "{past} bytes of metadata: HTTP {}, {:?}",
+        answer.http_status, answer.headers
+    );
+    assert_eq!(answer.http_status, 431);
+    assert!(!answer.headers.contains_key("grpc-status"));
+    assert_eq!(live(0).await.expect("answered after a 431").status().code(), Code::Ok);
+}

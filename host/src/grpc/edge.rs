@@ -9,6 +9,11 @@
 //!   `INVALID_ARGUMENT` ([`super::status::malformed`]), in a trailers-only answer's
 //!   headers as in an answer's trailers; a reflection call's, which tonic-reflection
 //!   answers `OK`, too ([`super::reflection_check`]).
+//! - A request whose metadata is over [`MAX_METADATA_BYTES`] is answered
+//!   `RESOURCE_EXHAUSTED` naming the limit, without reaching a service. HTTP/2 lets
+//!   through header lists up to [`HEADER_LIST_CEILING`] for it: h2's own refusal, a bare
+//!   HTTP 431 (or, past 4 × its limit, the connection closed), is reported by gRPC
+//!   clients as `UNKNOWN`, with nothing naming the limit.
 //!
 //! What the layer and the bodies it wraps share is in [`super::bounds`], which names
 //! none of them.
@@ -28,6 +33,7 @@ use super::bounds::{rewrite_client_fault, EdgeBounds};
 use super::paced::Paced;
 use super::read_deadline::ReadDeadline;
 use super::reflection_check::ReflectionCheck;
+use super::status::{edge_status, EdgeError};
 
 /// Wraps the server's routes in [`Edge`].
 #[derive(Clone)]
@@ -61,6 +67,36 @@ pub struct Edge<S> {
     bounds: Arc<EdgeBounds>,
 }
 
+/// Most metadata a request may carry, counted as HTTP/2 counts a header list (each entry's
+/// name and value, plus 32 bytes; the pseudo-headers too): hyper's default for
+/// SETTINGS_MAX_HEADER_LIST_SIZE, now answered as a gRPC status.
+pub const MAX_METADATA_BYTES: usize = 16 * 1024;
+
+/// The header list size HTTP/2 accepts (SETTINGS_MAX_HEADER_LIST_SIZE), so that metadata
+/// up to it reaches the layer and is answered with a status. Past it h2 answers HTTP 431
+/// itself, and past 4 × it closes the connection. Headers are dropped as soon as the layer
+/// has refused them; what a call holds for its length stays within [`MAX_METADATA_BYTES`].
+pub const HEADER_LIST_CEILING: u32 = 256 * 1024;
+
+/// The request's header list size as HTTP/2 counts it (RFC 9113, 6.5.2).
+fn metadata_bytes<B>(request: &Request<B>) -> usize {
+    const ENTRY: usize = 32;
+    let uri = request.uri();
+    let pseudo = [
+        (":method".len(), request.method().as_str().len()),
+        (":scheme".len(), uri.scheme_str().map_or(0, str::len)),
+        (":authority".len(), uri.authority().map_or(0, |a| a.as_str().len())),
+        (":path".len(), uri.path_and_query().map_or(0, |p| p.as_str().len())),
+    ];
+    let pseudo: usize = pseudo.iter().map(|(name, value)| name + value + ENTRY).sum();
+    pseudo
+        + request
+            .headers()
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + ENTRY)
+            .sum::<usize>()
+}
+
 /// The RPCs whose client sends a stream of messages: each message has its own deadline,
 /// counted from its first byte (the wait between messages is the client's to take).
 const CLIENT_STREAMING: [&str; 3] = [
@@ -84,6 +120,15 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let bytes = metadata_bytes(&request);
+        if bytes > MAX_METADATA_BYTES {
+            tracing::debug!(bytes, "gRPC request refused: its metadata is over the limit");
+            let refusal = edge_status(&EdgeError::MetadataTooLarge {
+                bytes,
+                limit: MAX_METADATA_BYTES,
+            });
+            return Box::pin(std::future::ready(Ok(refusal.into_http())));
+        }
         let path = request.uri().path();
         let streaming = CLIENT_STREAMING.contains(&path);
         let malformed_request: Option<Arc<AtomicU8>> = path.contains("ServerReflection").then(Arc::default);

@@ -112,6 +112,7 @@ pub async fn serve(
         .http2_keepalive_interval(Some(ping_interval))
         .http2_keepalive_timeout(Some(ping_interval))
         .max_concurrent_streams(state.max_concurrent_streams)
+        .http2_max_header_list_size(edge::HEADER_LIST_CEILING)
         .layer(edge)
         .add_service(health_service)
         .add_service(reflection_v1)

@@ -58,6 +58,12 @@ pub enum EdgeError {
     /// 408).
     #[error("a request message did not arrive within the body read timeout (body_read_timeout_ms = {limit_ms})")]
     MessageReadTimeout { limit_ms: u128 },
+    /// A request's metadata (its HTTP/2 header list) is over the edge's limit.
+    #[error(
+        "the request's metadata is {bytes} bytes, over the limit of {limit} bytes (counted as HTTP/2 \
+         counts a header list: each entry's name and value plus 32 bytes)"
+    )]
+    MetadataTooLarge { bytes: usize, limit: usize },
     /// An answer was left unread by its client for the idle timeout.
     #[error("the answer was left unread for the idle timeout (idle_timeout_ms = {limit_ms})")]
     AnswerUnread { limit_ms: u128 },
@@ -74,6 +80,7 @@ pub fn edge_status(error: &EdgeError) -> Status {
     let code = match error {
         EdgeError::MessageReadTimeout { .. } | EdgeError::AnswerUnread { .. } => code_for(408),
         EdgeError::Budget(_) | EdgeError::Malformed(_) => Code::InvalidArgument,
+        EdgeError::MetadataTooLarge { .. } => Code::ResourceExhausted,
     };
     status(code, &error.to_string())
 }
