@@ -152,3 +152,73 @@ async fn a_python_exception_with_a_16_mib_message_is_its_item_s_500() {
     assert!(error.len() < 8192, "{}", error.len());
     server.stop().await;
 }
+
+/// The Python plugin held to the limits the Rust plugins are: deep recursion is its item's
+/// 500; a 3 s sleep is cut at the model's 1 s deadline (504) while its neighbours are
+/// answered; every wall of the sandbox holds (no file outside the model folder, no
+/// environment, no socket, no subprocess); and the server's memory is back within bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_plugin_is_held_to_every_limit() {
+    let model = "faulty-python";
+    let repository = repository_of(&common::root().join("tests/models").join(model));
+    let server = TestServer::start(repository.path()).await;
+    let (status, body) = post_x(&server, model, &[1.0, -4.0, 3.0]).await;
+    assert_eq!(status, 207, "{body}");
+    assert_only_the_middle_failed(&body, 500, "RecursionError");
+
+    let started = Instant::now();
+    let (status, body) = post_x(&server, model, &[1.0, -9.0, 3.0]).await;
+    let took = started.elapsed();
+    assert_eq!(status, 207, "{body}");
+    assert_only_the_middle_failed(&body, 504, "exceeded its time limit");
+    eprintln!("faulty-python: a 3 s sleep answered after {took:?} (deadline 1 s)");
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+
+    let (status, body) = post_x(&server, model, &[1.0, -60.0, 3.0]).await;
+    assert_eq!(status, 207, "{body}");
+    assert_only_the_middle_failed(&body, 422, "faulty-python walls: ");
+    let walls = body["results"][1]["error"].as_str().unwrap();
+    eprintln!("faulty-python: {walls}");
+    assert!(!walls.contains("BREACH"), "{walls}");
+    for met in [
+        "open /etc/passwd: ",
+        "open /model/../../etc/passwd: ",
+        "open /proc/self/environ: ",
+        "environment: 0 variables",
+        "socket: ",
+        "subprocess: ",
+    ] {
+        assert!(walls.contains(met), "{met} in {walls}");
+    }
+    let (status, body) = post_x(&server, model, &[5.0]).await;
+    assert_eq!((status, output_f32(&body, "y")), (200, vec![10.0]), "{body}");
+    server.stop().await;
+}
+
+/// The JavaScript plugin likewise: deep recursion is its item's 500, no wall gives, and
+/// `fetch` (the host links no wasi:http) traps its item alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_javascript_plugin_is_held_to_every_limit() {
+    let model = "faulty-js";
+    let repository = repository_of(&common::root().join("tests/models").join(model));
+    let server = TestServer::start(repository.path()).await;
+    let (status, body) = post_x(&server, model, &[1.0, -4.0, 3.0]).await;
+    assert_eq!(status, 207, "{body}");
+    assert_only_the_middle_failed(&body, 500, "recursion");
+    let (status, body) = post_x(&server, model, &[1.0, -60.0, 3.0]).await;
+    assert_eq!(status, 207, "{body}");
+    assert_only_the_middle_failed(&body, 422, "faulty-js walls: ");
+    let walls = body["results"][1]["error"].as_str().unwrap();
+    eprintln!("faulty-js: {walls}");
+    assert!(!walls.contains("BREACH"), "{walls}");
+    assert!(
+        walls.contains("environment: none") && walls.contains("require: absent"),
+        "{walls}"
+    );
+    let (status, body) = post_x(&server, model, &[1.0, -62.0, 3.0]).await;
+    assert_eq!(status, 207, "{body}");
+    assert_only_the_middle_failed(&body, 500, "trapped");
+    let (status, body) = post_x(&server, model, &[5.0]).await;
+    assert_eq!((status, output_f32(&body, "y")), (200, vec![10.0]), "{body}");
+    server.stop().await;
+}

@@ -11,8 +11,25 @@
 // | -3 | allocates until memory runs out |
 // | -5 | fails alone: 422 "faulty-js: item rejected" |
 // | -11 | logs 1 MiB with console.log and console.error, then answers as usual |
+// | -4 | recurses without end (SpiderMonkey's "too much recursion": the item's 500) |
+// | -60 | tries the sandbox's walls and fails the item 422 with what each attempt met: the
+// |     | environment, `require` (a wall that gives way says BREACH) |
+// | -62 | calls `fetch` (the host gives no wasi:http: the component traps, the item's 500) |
 // | -71 | throws from the export itself, past the SDK (a whole-call error) |
 import * as tp from '../../../sdk/js/tensorplug.js';
+
+function recurse(depth) {
+  return recurse(depth + 1) + 1;
+}
+
+// What each attempt to leave the sandbox met.
+function walls() {
+  const met = [];
+  const env = globalThis.process?.env;
+  met.push(env && Object.keys(env).length ? 'BREACH environment' : 'environment: none');
+  met.push(typeof globalThis.require === 'function' ? 'BREACH require' : 'require: absent');
+  return met.join('; ');
+}
 
 const exports = tp.predictor({
   predictBatch(batch, failures) {
@@ -26,6 +43,9 @@ const exports = tp.predictor({
         for (;;) hog.push(new Float64Array(1 << 17).fill(i));
       }
       if (value === -5) failures.fail(i, 422, 'faulty-js: item rejected');
+      if (value === -4) recurse(0);
+      if (value === -60) failures.fail(i, 422, `faulty-js walls: ${walls()}`);
+      if (value === -62) fetch('http://127.0.0.1:8080/v2/health/live').then(() => console.error('BREACH fetch answered'));
       if (value === -11) {
         for (let line = 0; line < 256; line++) {
           console.log('o'.repeat(4095));

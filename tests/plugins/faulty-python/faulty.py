@@ -12,12 +12,49 @@ these codes triggers a fault:
 | -5 | fails alone: 422 "faulty-python: item rejected" |
 | -11 | prints 1 MiB to stdout and to stderr, then answers as usual (the host keeps 64 KiB) |
 | -12 | raises RuntimeError with a 16 MiB message (the SDK cuts it: the item's 500) |
+| -4 | recurses without end (Python's RecursionError: the item's 500) |
+| -9 | sleeps 3 s (`time.sleep`, a WASI poll: the deadline cuts it) |
+| -60 | tries the sandbox's walls and fails the item 422 with what each attempt met: a file outside the model folder, the environment, a socket, a subprocess (a wall that gives way says BREACH) |
 | -71 | raises from the export itself, past the SDK (componentize-py traps) |
 """
 
+import os
 import sys
+import time
 
 import tensorplug as tp
+
+
+def _recurse(depth):
+    return _recurse(depth + 1) + 1
+
+
+def _walls():
+    """What each attempt to leave the sandbox met."""
+    met = []
+    for path in ("/etc/passwd", "/model/../../etc/passwd", "/proc/self/environ"):
+        try:
+            with open(path, "rb") as f:
+                met.append(f"BREACH read {path}: {f.read(16)!r}")
+        except Exception as e:
+            met.append(f"open {path}: {type(e).__name__}")
+    met.append(f"environment: {len(os.environ)} variables" + (" BREACH" if os.environ else ""))
+    try:
+        import socket
+
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.connect(("127.0.0.1", 8080))
+        met.append("BREACH socket connected")
+    except Exception as e:
+        met.append(f"socket: {type(e).__name__}")
+    try:
+        import subprocess
+
+        subprocess.run(["/bin/sh", "-c", "true"], check=True)
+        met.append("BREACH subprocess ran")
+    except Exception as e:
+        met.append(f"subprocess: {type(e).__name__}")
+    return "; ".join(met)
 
 
 class WitWorld(tp.Predictor):
@@ -41,6 +78,12 @@ class WitWorld(tp.Predictor):
                     hog.append(bytearray(1 << 20))
             if value == -5:
                 failures.fail(i, 422, "faulty-python: item rejected")
+            if value == -4:
+                _recurse(0)
+            if value == -9:
+                time.sleep(3)
+            if value == -60:
+                failures.fail(i, 422, "faulty-python walls: " + _walls())
             if value == -12:
                 raise RuntimeError("faulty-python: " + "x" * (16 << 20))
             if value == -11:
