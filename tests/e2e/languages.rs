@@ -256,3 +256,48 @@ async fn the_c_sdk_runs_wasi_nn_graphs_like_digits_onnx() {
 async fn the_cpp_sdk_runs_wasi_nn_graphs_like_digits_onnx() {
     wasi_nn_answers_like_digits_onnx("faulty-cpp").await;
 }
+
+/// The C plugin held to the limits the Rust plugins are, each fault in a batch with
+/// healthy neighbours: a loop and a 3 s sleep end at the 1 s deadline (504), unbounded
+/// recursion traps (500), 1 MiB on stdout and stderr fails nothing, and the sandbox's
+/// walls hold (no file outside the model folder, no environment); then a request is
+/// answered by the recovered (or replaced) instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_c_plugin_is_held_to_every_limit() {
+    let repository = fault_repository("faulty-c", false);
+    let server = TestServer::start(repository.path()).await;
+    for (fault, status, says) in [
+        (-2.0, 504, "exceeded its time limit"),
+        (-9.0, 504, "exceeded its time limit"),
+        (-4.0, 500, "trapped"),
+        (-70.0, 422, "faulty-c walls: "),
+    ] {
+        let started = std::time::Instant::now();
+        let (code, body) = server.post_items("faulty-c", &[1.0, fault, 3.0]).await;
+        let took = started.elapsed();
+        assert_eq!(code, 207, "fault {fault}: {body}");
+        assert_eq!(statuses(code, &body), [200, status, 200], "fault {fault}: {body}");
+        let error = body["results"][1]["error"].as_str().unwrap();
+        assert!(error.contains(says), "fault {fault}: {error}");
+        assert!(!error.contains("BREACH"), "{error}");
+        eprintln!(
+            "faulty-c: fault {fault} answered in {took:?}: {}",
+            &error[..error.len().min(160)]
+        );
+        assert!(took < Duration::from_millis(2500), "fault {fault}: {took:?}");
+        let (code, body) = server.post_items("faulty-c", &[5.0]).await;
+        assert_eq!(code, 200, "after fault {fault}: {body}");
+    }
+    let (code, body) = server.post_items("faulty-c", &[1.0, -11.0, 3.0]).await;
+    assert_eq!(code, 200, "a flood of output fails nothing: {body}");
+    let (_, body) = server.post_items("faulty-c", &[1.0, -70.0]).await;
+    let walls = body["results"][1]["error"].as_str().unwrap();
+    for met in [
+        "no /etc/passwd",
+        "no /model/../../etc/passwd",
+        "environment: 0 variables",
+    ] {
+        assert!(walls.contains(met), "{met} in {walls}");
+    }
+    server.stop().await;
+}

@@ -9,6 +9,11 @@
  * | -1 | `abort()`: the plugin's uncaught failure (a trap) |
  * | -3 | mallocs 1 MiB blocks until memory runs out, then traps (in WebAssembly address 0 is writable, so a write through the NULL would not trap: the plugin traps itself, as an unchecked OOM ends) |
  * | -5 | item failure 422 "faulty-c: item rejected" |
+ * | -2 | loops forever (the deadline: 504) |
+ * | -4 | recurses without end (a stack overflow: a trap) |
+ * | -9 | `sleep(3)` (a WASI poll: the deadline cuts it) |
+ * | -11 | writes 1 MiB to stdout and to stderr, then answers as usual (the host keeps 64 KiB) |
+ * | -70 | tries the sandbox's walls, fails the item 422 with what each met: files outside the model folder, the environment (a wall that gives way says BREACH) |
  * | -40 - k (k = 0..9) | y = the probability of class k that the `wasi:nn` graph `digits` gives the image `FAULTY_IMAGE` (pixel i = (7i) mod 17) |
  * | -60 | runs `digits` on an FP32 [1, 63] input: the host's refusal (400) is the item's error |
  * | -61 | runs `digits` on a BOOL input: the SDK's refusal (400) is the item's error |
@@ -20,6 +25,11 @@
  */
 #include "predictor.h"
 #include "tensorplug.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+extern char **environ;
 
 enum { PIXELS = 64, CLASSES = 10 };
 
@@ -92,6 +102,29 @@ static void exhaust_memory(void) {
     }
 }
 
+/* Code -4: each frame keeps a little stack, so the recursion reaches the stack's end (the
+ * condition is never false, but the compiler cannot know it). */
+static volatile int bottomless = 1;
+static int recurse(int depth) {
+    volatile char frame[256];
+    frame[0] = (char)depth;
+    return bottomless ? recurse(depth + 1) + frame[0] : 0;
+}
+
+/* Code -70: what each attempt to leave the sandbox met, into `report`. */
+static void walls(char *report, size_t size) {
+    static const char *const paths[] = {"/etc/passwd", "/model/../../etc/passwd", "/proc/self/environ"};
+    size_t used = 0;
+    for (size_t p = 0; p < sizeof paths / sizeof *paths; p++) {
+        FILE *f = fopen(paths[p], "rb");
+        used += (size_t)snprintf(report + used, size - used, "%s%s; ", f ? "BREACH opened " : "no ", paths[p]);
+        if (f) fclose(f);
+    }
+    size_t variables = 0;
+    for (char **v = environ; v != NULL && *v != NULL; v++) variables++;
+    snprintf(report + used, size - used, "environment: %zu variables%s", variables, variables ? " BREACH" : "");
+}
+
 bool exports_predictor_predict(predictor_list_tensor_t *batch, predictor_prediction_t *ret,
                                predictor_item_error_t *err) {
     static const int64_t shape[] = {-1, 1};
@@ -114,6 +147,22 @@ bool exports_predictor_predict(predictor_list_tensor_t *batch, predictor_predict
         if (v == -3.0f) exhaust_memory();
         if (v == -5.0f) {
             tp_fail_item(&ret->failures, (uint32_t)i, 422, "faulty-c: item rejected");
+            continue;
+        }
+        if (v == -2.0f)
+            for (volatile int spin = 0;; spin++) {
+            }
+        if (v == -4.0f) y[i] = (float)recurse(0);
+        if (v == -9.0f) sleep(3);
+        if (v == -11.0f)
+            for (int line = 0; line < 256; line++) {
+                printf("%4095s\n", "o");
+                fprintf(stderr, "%4095s\n", "e");
+            }
+        if (v == -70.0f) {
+            char report[512];
+            walls(report, sizeof report);
+            tp_fail_item(&ret->failures, (uint32_t)i, 422, "faulty-c walls: %s", report);
             continue;
         }
         bool failed = false;
