@@ -160,6 +160,7 @@ fn graphs(c: &mut Criterion, runtime: &Runtime) {
                 name: example.graph.into(),
                 file: dir.join(example.file),
                 backend,
+                threads: 1,
             };
             ModelGraphs::load(&dir, &[spec], limits).unwrap_or_else(|e| panic!("{}: {e}", example.file))
         };

@@ -9,6 +9,7 @@ use crate::common;
 use crate::digits::{assert_oracle_one_by_one, cases, repository as examples};
 use crate::nn::digits_onnx_copy;
 
+use common::process::ServerProcess;
 use common::TestServer;
 
 /// Whether the library is there; named for this process's graph loads.
@@ -59,6 +60,34 @@ async fn an_output_larger_than_the_instance_on_onnxruntime_is_the_items_error() 
     if onnxruntime() {
         crate::nn::output_larger_than_the_instance_is_the_items_error(Some("onnxruntime")).await;
     }
+}
+
+/// A graph's `threads` reaches its ONNX Runtime session in the server: the threads ONNX
+/// Runtime makes while the graph loads (on the graph-load thread, whose name they take)
+/// are `threads - 1` more than with the default of one thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graphs_threads_reach_its_onnxruntime_session_in_the_server() {
+    let Some(library) = common::onnx::onnxruntime_library() else {
+        return;
+    };
+    common::require_plugins(&examples());
+    let mut made = Vec::new();
+    for threads in [1, 3] {
+        let repository = tempfile::tempdir().unwrap();
+        let graphs = format!(r#"digits = {{ file = "digits.onnx", backend = "onnxruntime", threads = {threads} }}"#);
+        digits_onnx_copy(repository.path(), "digits-ort", &graphs);
+        let library = library.to_str().unwrap();
+        let server = ServerProcess::spawn(repository.path(), &["--onnxruntime-lib", library]).await;
+        // `tensorplug-graph`, cut to the 15 bytes a thread name keeps.
+        let named = std::fs::read_dir(format!("/proc/{}/task", server.pid()))
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.trim_end() == "tensorplug-grap")
+            .count();
+        made.push(named);
+    }
+    println!("threads made on the graph-load thread with threads = 1, 3: {made:?}");
+    assert_eq!(made[1] - made[0], 2, "{made:?}");
 }
 
 /// `tensorplug check` (the server's load) with `library` as `--onnxruntime-lib` (none:

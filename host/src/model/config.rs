@@ -96,13 +96,17 @@ pub struct ModelConfig {
 }
 
 /// One graph of `[graphs]`: `name = "file.onnx"` (run by tract), or
-/// `name = { file = "file.onnx", backend = "tract" | "onnxruntime" }`.
+/// `name = { file = "file.onnx", backend = "tract" | "onnxruntime", threads = N }`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GraphSpec {
     pub name: String,
     /// Inside the model folder.
     pub file: PathBuf,
     pub backend: GraphBackend,
+    /// Threads one compute may use: ONNX Runtime's intra-op threads per session
+    /// (`threads`, 1 to [`MAX_GRAPH_THREADS`], default 1: the instance's own thread).
+    /// Always 1 for tract, which computes on the instance's thread.
+    pub threads: u32,
 }
 
 impl GraphSpec {
@@ -112,6 +116,7 @@ impl GraphSpec {
             name: name.into(),
             file: file.into(),
             backend: GraphBackend::Tract,
+            threads: 1,
         }
     }
 }
@@ -146,6 +151,7 @@ enum RawGraph {
 struct RawGraphTable {
     file: String,
     backend: Option<String>,
+    threads: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -457,8 +463,8 @@ impl ModelConfig {
                     "key `graphs.{graph}`: {graph:?} is not a valid graph name (1-64 letters, digits, '-', '_', '.')"
                 ));
             }
-            let (file, backend) = match raw_graph {
-                RawGraph::File(file) => (file, GraphBackend::Tract),
+            let (file, backend, threads) = match raw_graph {
+                RawGraph::File(file) => (file, GraphBackend::Tract, 1),
                 RawGraph::Table(table) => {
                     let backend = match table.backend.as_deref() {
                         None | Some("tract") => GraphBackend::Tract,
@@ -469,13 +475,31 @@ impl ModelConfig {
                         ))
                         }
                     };
-                    (table.file, backend)
+                    let threads = match (table.threads, backend) {
+                        (None, _) => 1,
+                        (Some(_), GraphBackend::Tract) => {
+                            return Err(format!(
+                                "key `graphs.{graph}.threads`: only for backend = \"onnxruntime\" (tract computes on the instance's thread)"
+                            ))
+                        }
+                        (Some(value), GraphBackend::OnnxRuntime) => value
+                            .as_integer()
+                            .and_then(|n| u32::try_from(n).ok())
+                            .filter(|n| (1..=MAX_GRAPH_THREADS).contains(n))
+                            .ok_or_else(|| {
+                                format!(
+                                    "key `graphs.{graph}.threads`: {value} is not a thread count from 1 to {MAX_GRAPH_THREADS}"
+                                )
+                            })?,
+                    };
+                    (table.file, backend, threads)
                 }
             };
             graphs.push(GraphSpec {
                 file: dir.join(graph_file(&format!("graphs.{graph}"), &file)?),
                 name: graph,
                 backend,
+                threads,
             });
         }
 
@@ -524,6 +548,10 @@ fn stage_file(key: &str, file: &str) -> Result<PathBuf, String> {
 
 /// Graphs one model may name in `[graphs]`.
 pub const MAX_GRAPHS: usize = 16;
+
+/// Most threads one compute of an ONNX Runtime graph may use (`threads`); a model's
+/// computes use at most `instances` times as many cores.
+pub const MAX_GRAPH_THREADS: u32 = 16;
 
 /// Whether `name` can name a graph (what a plugin passes to `load-by-name`).
 fn is_valid_graph_name(name: &str) -> bool {
@@ -729,6 +757,7 @@ mode = "fast"
                 name: "digits".into(),
                 file: PathBuf::from("/m/digits/onnx/digits.onnx"),
                 backend: GraphBackend::Tract,
+                threads: 1,
             }]
         );
         for bad in [
@@ -766,6 +795,7 @@ mode = "fast"
             name: "g".into(),
             file: PathBuf::from("/m/digits/g.onnx"),
             backend,
+            threads: 1,
         };
         assert_eq!(parsed(r#"g = "g.onnx""#).unwrap(), [graph(GraphBackend::Tract)]);
         assert_eq!(
@@ -788,6 +818,41 @@ mode = "fast"
         let err = parsed(r#"g = { file = "../g.onnx", backend = "onnxruntime" }"#).unwrap_err();
         assert!(err.contains("key `graphs.g`"), "{err}");
         assert!(parsed(r#"g = { file = "g.onnx", threads = 4 }"#).is_err());
+    }
+
+    #[test]
+    fn an_onnxruntime_graph_may_ask_for_threads_within_the_cap() {
+        let with = |graphs: &str| format!("{DIGITS}\n[graphs]\n{graphs}\n");
+        let parsed = |graphs: &str| ModelConfig::parse(Path::new("/m/digits"), &with(graphs)).map(|c| c.graphs);
+        let threads = |graphs: &str| parsed(graphs).unwrap()[0].threads;
+        assert_eq!(threads(r#"g = { file = "g.onnx", backend = "onnxruntime" }"#), 1);
+        assert_eq!(
+            threads(r#"g = { file = "g.onnx", backend = "onnxruntime", threads = 4 }"#),
+            4
+        );
+        assert_eq!(
+            threads(&format!(
+                r#"g = {{ file = "g.onnx", backend = "onnxruntime", threads = {MAX_GRAPH_THREADS} }}"#
+            )),
+            MAX_GRAPH_THREADS
+        );
+        for bad in ["0", "-1", "17", "4294967297", "\"4\"", "1.5"] {
+            let err = parsed(&format!(
+                r#"g = {{ file = "g.onnx", backend = "onnxruntime", threads = {bad} }}"#
+            ))
+            .unwrap_err();
+            assert!(
+                err.contains("key `graphs.g.threads`") && err.contains("from 1 to 16"),
+                "{bad}: {err}"
+            );
+        }
+        for tract in [
+            r#"g = { file = "g.onnx", threads = 1 }"#,
+            r#"g = { file = "g.onnx", backend = "tract", threads = 2 }"#,
+        ] {
+            let err = parsed(tract).unwrap_err();
+            assert!(err.contains("key `graphs.g.threads`: only for backend"), "{err}");
+        }
     }
 
     #[test]

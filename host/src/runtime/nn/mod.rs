@@ -145,7 +145,7 @@ mod test_support {
     pub fn load_file<G>(
         bytes: &[u8],
         limits: GraphLimits,
-        load: fn(&Path, &Path, &GraphLimits, u64) -> Result<G, Refused>,
+        load: impl FnOnce(&Path, &Path, &GraphLimits, u64) -> Result<G, Refused>,
     ) -> Result<G, Refused> {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("g.onnx"), bytes).unwrap();
@@ -207,7 +207,9 @@ impl Graph {
     fn load(dir: &Path, spec: &GraphSpec, limits: &GraphLimits, budget: u64) -> Result<Self, Refused> {
         match spec.backend {
             GraphBackend::Tract => TractGraph::load(dir, &spec.file, limits, budget).map(Graph::Tract),
-            GraphBackend::OnnxRuntime => OrtGraph::load(dir, &spec.file, limits, budget).map(Graph::OnnxRuntime),
+            GraphBackend::OnnxRuntime => {
+                OrtGraph::load(dir, &spec.file, limits, budget, spec.threads).map(Graph::OnnxRuntime)
+            }
         }
     }
 

@@ -19,10 +19,17 @@
 //!   call traps as a time limit.
 //!
 //! Sessions run one compute at a time (`ort`'s `run` takes `&mut`): each graph keeps a
-//! pool, one session per compute running at once (so at most one per instance), each
-//! single-threaded (intra- and inter-op threads 1, no spinning), like tract. The weights
-//! are held once per graph however many sessions run it ([`SharedWeights`]): every
-//! session is given the graph's large initializers as values made once
+//! pool, one session per compute running at once (so at most one per instance). A
+//! session computes on the instance's thread alone, like tract: nodes one after another
+//! (sequential execution, so no inter-op pool), one intra-op thread (the caller's, so
+//! ONNX Runtime makes no pool), no spinning ([`session_builder`]). A graph's `threads`
+//! (`[graphs]`, at most [`MAX_GRAPH_THREADS`]) gives each of its sessions that many
+//! intra-op threads instead: the caller's and `threads - 1` of ONNX Runtime's own, made
+//! with the session and asleep between computes; a model's computes then use at most
+//! `instances × threads` cores.
+//!
+//! The weights are held once per graph however many sessions run it ([`SharedWeights`]):
+//! every session is given the graph's large initializers as values made once
 //! (`AddInitializer`) and one container for their pre-packed forms, so a session adds
 //! its working memory, not another copy of the weights.
 
@@ -42,6 +49,7 @@ use super::host::NnTensor as Tensor;
 use super::inputs::{self, InputSpec, NamedTensor, MAX_DYNAMIC_DIM};
 use super::tract::{analyse, clear_upper_vector_state, read_graph, template_symbols, too_large, Analysed};
 use super::{Computed, RunError};
+use crate::model::config::MAX_GRAPH_THREADS;
 use crate::runtime::bindings::nn::tensor::TensorType;
 use crate::sync::{lock, wait_timeout};
 
@@ -103,6 +111,8 @@ pub struct OrtGraph {
     guards: Vec<(String, TDim)>,
     /// The weights every session shares.
     weights: SharedWeights,
+    /// Each session's intra-op threads (`threads` in `[graphs]`).
+    threads: u32,
     sessions: Mutex<Sessions>,
     returned: Condvar,
     /// What one session is counted for.
@@ -137,13 +147,19 @@ impl Pooled {
 
 impl OrtGraph {
     /// Reads `file` (inside `dir`, at most [`MAX_GRAPH_BYTES`]), analyses it with tract
-    /// within `limits`, and makes its first session; `budget` is what is left of the
-    /// model's graph memory.
-    pub fn load(dir: &Path, file: &Path, limits: &GraphLimits, budget: u64) -> Result<Self, Refused> {
+    /// within `limits`, and makes its first session, computing on `threads` intra-op
+    /// threads (1: the caller's alone); `budget` is what is left of the model's graph
+    /// memory.
+    pub fn load(dir: &Path, file: &Path, limits: &GraphLimits, budget: u64, threads: u32) -> Result<Self, Refused> {
         let failed = |reason: String| Refused {
             limit: Refusal::Invalid,
             reason,
         };
+        if !(1..=MAX_GRAPH_THREADS).contains(&threads) {
+            return Err(failed(format!(
+                "threads = {threads}: a graph's computes use 1 to {MAX_GRAPH_THREADS} threads"
+            )));
+        }
         // The library first: every ONNX Runtime call needs it, the shared weights' too.
         environment().map_err(failed)?;
         let bytes = read_graph(dir, file)?;
@@ -181,7 +197,7 @@ impl OrtGraph {
             .collect();
         let symbols = template_symbols(&decluttered, &symbolic).unwrap_or_default();
         drop(decluttered);
-        let session = Pooled::new(new_session(&bytes, &weights).map_err(failed)?).map_err(failed)?;
+        let session = Pooled::new(new_session(&bytes, &weights, threads).map_err(failed)?).map_err(failed)?;
         let session_inputs = session.session.inputs().iter().map(|i| i.name().to_string()).collect();
         let declared: Vec<&str> = session.session.outputs().iter().map(|o| o.name()).collect();
         if declared != outputs.iter().map(String::as_str).collect::<Vec<_>>() {
@@ -198,6 +214,7 @@ impl OrtGraph {
             symbols,
             guards,
             weights,
+            threads,
             sessions: Mutex::new(Sessions {
                 idle: vec![session],
                 made: 1,
@@ -272,7 +289,7 @@ impl OrtGraph {
             if lock(&self.memory).take(self.session_bytes) {
                 sessions.made += 1;
                 drop(sessions);
-                return new_session(&self.file, &self.weights)
+                return new_session(&self.file, &self.weights, self.threads)
                     .and_then(Pooled::new)
                     .map_err(|reason| {
                         self.forget_session();
@@ -326,10 +343,10 @@ impl std::fmt::Debug for OrtGraph {
     }
 }
 
-/// A session of `model`, on the graph's shared weights.
-fn new_session(model: &[u8], weights: &SharedWeights) -> Result<Session, String> {
+/// A session of `model` on `threads` intra-op threads, on the graph's shared weights.
+fn new_session(model: &[u8], weights: &SharedWeights, threads: u32) -> Result<Session, String> {
     let text = |e: ort::Error<_>| format!("ONNX Runtime: {e}");
-    let mut builder = single_threaded(environment()?)?
+    let mut builder = session_builder(environment()?, threads)?
         .with_prepacked_weights(&weights.prepacked)
         .map_err(text)?;
     for (name, value) in &weights.values {
@@ -399,13 +416,23 @@ impl SharedWeights {
 /// ONNX's `TensorProto.DataType.FLOAT`.
 const FLOAT: i32 = 1;
 
-/// A session builder for how tensorplug runs ONNX Runtime (also what the forward
-/// benchmark compares with): one thread, no spinning, every graph optimisation.
+/// A session builder for how tensorplug runs ONNX Runtime by default (also what the
+/// forward benchmark compares with): one thread, no spinning, every graph optimisation.
 pub fn single_threaded(environment: &Environment) -> Result<SessionBuilder, String> {
+    session_builder(environment, 1)
+}
+
+/// A session builder for a graph's `threads`: nodes run one after another (sequential
+/// execution: no inter-op pool; its size is set to 1 all the same), each on `threads`
+/// intra-op threads (the caller's and `threads - 1` of ONNX Runtime's; none for 1), none
+/// spinning while idle; every graph optimisation.
+fn session_builder(environment: &Environment, threads: u32) -> Result<SessionBuilder, String> {
     let text = |e: ort::Error<_>| format!("ONNX Runtime: {e}");
     Session::builder(environment)
         .map_err(|e| format!("ONNX Runtime: {e}"))?
-        .with_intra_threads(1)
+        .with_parallel_execution(false)
+        .map_err(text)?
+        .with_intra_threads(threads as usize)
         .map_err(text)?
         .with_inter_threads(1)
         .map_err(text)?
@@ -545,7 +572,70 @@ mod tests {
     }
 
     fn load_bytes(bytes: &[u8], limits: GraphLimits) -> Result<OrtGraph, Refused> {
-        load_file(bytes, limits, OrtGraph::load)
+        load_file(bytes, limits, |dir, file, limits, budget| {
+            OrtGraph::load(dir, file, limits, budget, 1)
+        })
+    }
+
+    /// Threads of this process named `name` (a thread another makes takes its name, unless
+    /// it is given one).
+    fn threads_named(name: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.trim_end() == name)
+            .count()
+    }
+
+    #[test]
+    fn a_graphs_threads_reach_its_sessions() {
+        if !onnxruntime() {
+            return;
+        }
+        let bytes = onnx::matmul_chain(8, 256, Some(256));
+        let x = || vec![(String::new(), fp32(&[256, 256], &[1.0; 256 * 256]))];
+        for threads in [1u32, 3] {
+            // On a thread of its own, with a name no other test's threads have: the threads
+            // ONNX Runtime makes for the sessions made here take it.
+            let name = format!("ort-threads-{threads}");
+            let (bytes, named) = (bytes.clone(), name.clone());
+            let made = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || {
+                    let load = |threads| {
+                        load_file(&bytes, limits(), |dir, file, limits, budget| {
+                            OrtGraph::load(dir, file, limits, budget, threads)
+                        })
+                        .unwrap()
+                    };
+                    // What the process makes once, whichever thread asks first (ONNX
+                    // Runtime's environment starts a thread), made before counting.
+                    load(1).run(x(), later(), 64 * MIB).unwrap();
+                    let before = threads_named(&named);
+                    let graph = load(threads);
+                    graph.run(x(), later(), 64 * MIB).unwrap();
+                    let first = threads_named(&named) - before;
+                    // Two computes at once: a second session, with its own threads.
+                    let one = graph.session(later()).unwrap();
+                    let two = graph.session(later()).unwrap();
+                    let other = threads_named(&named) - before;
+                    graph.give_back(one);
+                    graph.give_back(two);
+                    let made = lock(&graph.sessions).made;
+                    (first, other, made)
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+            let per_session = threads as usize - 1;
+            println!("threads = {threads}: threads made by one session, by two: {made:?}");
+            assert_eq!(made, (per_session, 2 * per_session, 2), "threads = {threads}");
+        }
+        let error = load_file(&bytes, limits(), |dir, file, limits, budget| {
+            OrtGraph::load(dir, file, limits, budget, 0)
+        })
+        .unwrap_err();
+        assert!(error.reason.contains("1 to 16 threads"), "{}", error.reason);
     }
 
     #[test]
@@ -555,7 +645,7 @@ mod tests {
         }
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models/digits-onnx");
         let file = dir.join("digits.onnx");
-        let graph = OrtGraph::load(&dir, &file, &limits(), 256 * MIB).unwrap();
+        let graph = OrtGraph::load(&dir, &file, &limits(), 256 * MIB, 1).unwrap();
         let tract = super::super::TractGraph::load(&dir, &file, &limits(), 256 * MIB).unwrap();
         assert_eq!(graph.describe_inputs(), "'input-0': FP32 [N, 64]");
         let x: Vec<f32> = (0..3 * 64).map(|i| (i % 17) as f32).collect();
