@@ -8,6 +8,7 @@
 //!   subcommand, flag and value the docs print must exist and be valid;
 //! - scripts and files a command names must exist (scripts executable, `bash -n` clean);
 //! - the ports, the image's version and the gRPC methods the docs print must be the code's.
+//!
 //! What is not run (it builds for minutes, needs another program, or a scaffolded project)
 //! is still checked as above, and counted.
 
