@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod answers;
 mod connections;
 mod grpc_connections;
 mod grpc_edge;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::error::ServeError;
 use crate::model::config::ModelConfig;
-use crate::model::outcome::ItemOutcome;
+use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::request_parameters::{ParameterScalar, RequestParameter};
 use crate::model::tensor::{Item, Tensor};
 use crate::protocol::{clip, render_parameter, InferRequest, ParameterValue, Parameters};
@@ -164,8 +164,35 @@ fn wrong(parameter: &RequestParameter, value: &ParameterValue) -> RequestError {
         render_parameter(value)
     ))
 }
+/// Fails each item whose outputs hold more tensor data than the model's `max_answer_mib`,
+/// dropping them before anything is encoded from them (as JSON text they would take up to
+/// four times as much again).
+fn refuse_large_answers(config: &ModelConfig, outcomes: &mut [ItemOutcome]) {
+    let cap = config.limits.max_answer_bytes;
+    for outcome in outcomes.iter_mut() {
+        let Ok(outputs) = outcome else { continue };
+        let bytes: usize = outputs.iter().map(|t| t.data.len()).sum();
+        if bytes > cap {
+            *outcome = Err(ItemError::new(
+                500,
+                format!(
+                    "the item's outputs hold {:.1} MiB of tensor data, more than the model's \
+                     limits.max_answer_mib ({} MiB)",
+                    bytes as f64 / (1 << 20) as f64,
+                    cap >> 20
+                ),
+            ));
+        }
+    }
+}
+
 /// The answer of a request of `items` items, from their outcomes.
-async fn assembled(config: &ModelConfig, outcomes: Vec<ItemOutcome>, items: usize) -> Result<Assembled, ServeError> {
+async fn assembled(
+    config: &ModelConfig,
+    mut outcomes: Vec<ItemOutcome>,
+    items: usize,
+) -> Result<Assembled, ServeError> {
+    refuse_large_answers(config, &mut outcomes);
     let output_bytes: usize = outcomes
         .iter()
         .filter_map(|o| o.as_ref().ok())

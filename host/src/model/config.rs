@@ -65,6 +65,9 @@ pub struct Limits {
     pub graph_memory_bytes: u64,
     /// Most nodes one `wasi:nn` graph may have.
     pub graph_max_nodes: usize,
+    /// Most tensor data one item's outputs may hold in an answer (JSON text takes up to
+    /// four times as much); an item past it fails (500) instead of being encoded.
+    pub max_answer_bytes: usize,
 }
 
 /// A validated model configuration.
@@ -232,6 +235,7 @@ struct RawLimits {
     instances: Option<usize>,
     graph_memory_mib: Option<u64>,
     graph_max_nodes: Option<usize>,
+    max_answer_mib: Option<u64>,
 }
 
 /// No waiting by default: an idle instance takes whatever is queued, and under load the
@@ -263,6 +267,10 @@ const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// Largest `model.toml` read: a real one is a few KiB.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// As much as the largest graph file holds: a graph whose weights are in its file fits.
+/// An item's answer, at most: far below what a plugin with a large memory cap could
+/// return, which encoded as JSON would take the server several times its size.
+const DEFAULT_MAX_ANSWER_MIB: u64 = 64;
+const MAX_MAX_ANSWER_MIB: u64 = 4096;
 const DEFAULT_GRAPH_MEMORY_MIB: u64 = 256;
 const MAX_GRAPH_MEMORY_MIB: u64 = 16_384;
 /// Large vision and language graphs have a few thousand nodes.
@@ -395,6 +403,14 @@ impl ModelConfig {
                 n => {
                     return Err(format!(
                         "key `limits.graph_max_nodes`: {n} is outside 1..={MAX_GRAPH_MAX_NODES}"
+                    ))
+                }
+            },
+            max_answer_bytes: match raw.limits.max_answer_mib.unwrap_or(DEFAULT_MAX_ANSWER_MIB) {
+                mib @ 1..=MAX_MAX_ANSWER_MIB => usize::try_from(mib << 20).unwrap_or(usize::MAX),
+                mib => {
+                    return Err(format!(
+                        "key `limits.max_answer_mib`: {mib} is outside 1..={MAX_MAX_ANSWER_MIB}"
                     ))
                 }
             },
@@ -713,6 +729,7 @@ mode = "fast"
         let c = ModelConfig::parse(Path::new("/m/digits"), DIGITS).unwrap();
         assert_eq!(c.limits.graph_memory_bytes, 256 << 20);
         assert_eq!(c.limits.graph_max_nodes, 10_000);
+        assert_eq!(c.limits.max_answer_bytes, 64 << 20);
         let with = |limits: &str| format!("{DIGITS}\n[limits]\n{limits}\n");
         let c = ModelConfig::parse(
             Path::new("/m/digits"),
@@ -725,6 +742,8 @@ mode = "fast"
             ("graph_memory_mib = 16385", "limits.graph_memory_mib"),
             ("graph_max_nodes = 0", "limits.graph_max_nodes"),
             ("graph_max_nodes = 1000001", "limits.graph_max_nodes"),
+            ("max_answer_mib = 0", "limits.max_answer_mib"),
+            ("max_answer_mib = 4097", "limits.max_answer_mib"),
         ] {
             let err = ModelConfig::parse(Path::new("/m/digits"), &with(bad)).unwrap_err();
             assert!(err.contains(key) && err.contains("outside"), "{bad}: {err}");

@@ -213,6 +213,7 @@ impl PipelineInstance {
         for index in resumes_later {
             outcomes[index] = None;
         }
+        self.slots().for_each(Slot::shed_growth);
         Run { outcomes, handed_back }
     }
 }

@@ -1,4 +1,6 @@
-//! One stage's live instance within a pipeline instance, replaced after every trap.
+//! One stage's live instance within a pipeline instance, replaced after every trap, and
+//! after a call that left its memory far larger than it started (linear memory never
+//! shrinks: only a new instance gives the pages back).
 
 use std::sync::Arc;
 
@@ -6,10 +8,16 @@ use super::bisect::Stage;
 use crate::model::outcome::ItemError;
 use crate::runtime::{RuntimeError, StageInstance, StageTemplate, Trapped};
 
+/// How far past its start a stage instance's memory may grow before it is replaced after
+/// its call (a Python instance starts at ~20 MiB, a Rust one at 1-2 MiB).
+const SHED_GROWTH_BYTES: usize = 64 << 20;
+
 /// One stage's live instance, replaced after every trap.
 pub(crate) struct Slot {
     template: Arc<StageTemplate>,
     live: Option<StageInstance>,
+    /// The live instance's linear memory when it was made.
+    baseline: usize,
     traps: u64,
     /// Whether a trapped instance is replaced at once (the default) or at the next call
     /// or [`Slot::repair`].
@@ -19,12 +27,38 @@ pub(crate) struct Slot {
 impl Slot {
     /// A slot holding a fresh instance of `template`.
     pub(crate) fn new(template: &Arc<StageTemplate>) -> Result<Slot, RuntimeError> {
+        let live = template.instantiate()?;
         Ok(Slot {
-            live: Some(template.instantiate()?),
+            baseline: live.memory_bytes(),
+            live: Some(live),
             template: template.clone(),
             traps: 0,
             replace_at_once: true,
         })
+    }
+
+    /// Replaces the live instance if its memory grew past [`SHED_GROWTH_BYTES`] more than
+    /// it started with (and at least doubled): what one call needed is given back to the
+    /// system instead of staying with the instance for its life.
+    pub(crate) fn shed_growth(&mut self) {
+        let Some(live) = &self.live else { return };
+        let now = live.memory_bytes();
+        if now
+            <= self
+                .baseline
+                .saturating_add(SHED_GROWTH_BYTES)
+                .max(self.baseline.saturating_mul(2))
+        {
+            return;
+        }
+        tracing::info!(
+            stage = self.template.kind().name(),
+            memory_mib = now >> 20,
+            started_mib = self.baseline >> 20,
+            "instance replaced to give its grown memory back"
+        );
+        self.live = None;
+        self.repair();
     }
 
     /// Whether a trapped instance is replaced at once, or left for the next call or
@@ -60,12 +94,16 @@ impl Stage for Slot {
     fn instance(&mut self) -> Result<&mut StageInstance, ItemError> {
         let live = match self.live.take() {
             Some(live) => live,
-            None => self.template.instantiate().map_err(|e| {
-                ItemError::unavailable(format!(
-                    "{} instance could not be re-created: {e}",
-                    self.template.kind().name()
-                ))
-            })?,
+            None => {
+                let fresh = self.template.instantiate().map_err(|e| {
+                    ItemError::unavailable(format!(
+                        "{} instance could not be re-created: {e}",
+                        self.template.kind().name()
+                    ))
+                })?;
+                self.baseline = fresh.memory_bytes();
+                fresh
+            }
         };
         Ok(self.live.insert(live))
     }
