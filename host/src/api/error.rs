@@ -21,6 +21,10 @@ pub enum ServeError {
     /// The request could not be read: a malformed header, a broken body stream.
     #[error("{0}")]
     Unreadable(String),
+    /// The request body is larger than the server takes (`--max-body-bytes`), whichever
+    /// edge carried it.
+    #[error("request body is larger than the limit of {limit} bytes")]
+    BodyTooLarge { limit: usize },
     /// The request does not fit the model (input names, datatypes, shapes, outputs).
     #[error(transparent)]
     InvalidInput(#[from] RequestError),
@@ -55,6 +59,7 @@ impl ServeError {
         match self {
             ServeError::Protocol(_) | ServeError::InvalidInput(_) | ServeError::Unreadable(_) => 400,
             ServeError::Unauthorized => 401,
+            ServeError::BodyTooLarge { .. } => 413,
             ServeError::Forbidden(_) => 403,
             ServeError::ModelNotFound(_) | ServeError::VersionNotFound { .. } => 404,
             ServeError::ModelNotReady(_) | ServeError::Queue(_) => 503,
@@ -98,6 +103,7 @@ mod tests {
                 400,
             ),
             (ServeError::Unreadable("x".into()), 400),
+            (ServeError::BodyTooLarge { limit: 1 }, 413),
             (ServeError::ModelNotFound("m".into()), 404),
             (
                 ServeError::VersionNotFound {

@@ -86,12 +86,12 @@ pub fn header_usize(headers: &HeaderMap, name: &str) -> Result<Option<usize>, Se
 pub async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<bytes::Bytes, HttpError> {
     if let Some(declared) = header_usize(headers, header::CONTENT_LENGTH.as_str())? {
         if declared > limit {
-            return Err(HttpError::BodyTooLarge { limit });
+            return Err(ServeError::BodyTooLarge { limit }.into());
         }
     }
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(HttpError::BodyTooLarge { limit }),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ServeError::BodyTooLarge { limit }.into()),
         Err(e) => Err(ServeError::Unreadable(format!("cannot read the request body: {e}")).into()),
     }
 }

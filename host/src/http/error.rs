@@ -1,5 +1,5 @@
-//! [`HttpError`]: what the REST edge refuses on its own (a body it cannot read as it is,
-//! or one too large), beside the [`ServeError`]s every edge shares.
+//! [`HttpError`]: what the REST edge refuses on its own (a body whose media type or coding
+//! it cannot read), beside the [`ServeError`]s every edge shares (a body too large among them).
 
 use crate::api::ServeError;
 
@@ -10,8 +10,6 @@ pub enum HttpError {
     /// binary tensor extension's), or a content or transfer coding it does not decode.
     #[error("{0}")]
     UnsupportedMediaType(String),
-    #[error("request body is larger than the limit of {limit} bytes")]
-    BodyTooLarge { limit: usize },
     #[error(transparent)]
     Serve(#[from] ServeError),
 }

@@ -25,7 +25,6 @@ impl HttpError {
     pub fn status(&self) -> u16 {
         match self {
             HttpError::UnsupportedMediaType(_) => 415,
-            HttpError::BodyTooLarge { .. } => 413,
             HttpError::Serve(error) => error.status(),
         }
     }
@@ -61,7 +60,7 @@ mod tests {
     fn the_edges_own_refusals_and_the_shared_ones_answer_their_statuses() {
         let unsupported = HttpError::UnsupportedMediaType("text/plain".into()).into_response();
         assert_eq!(unsupported.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
-        let large = HttpError::BodyTooLarge { limit: 1 }.into_response();
+        let large = HttpError::from(ServeError::BodyTooLarge { limit: 1 }).into_response();
         assert_eq!(large.status(), StatusCode::PAYLOAD_TOO_LARGE);
         let full = HttpError::from(ServeError::Queue(SubmitError::QueueFull {
             model: "m".into(),

@@ -89,9 +89,8 @@ impl Envelope {
     /// Publishes `answer`, retrying while the broker is away (for most of the ack wait).
     /// An answer larger than the broker takes is replaced by an error saying so (it could
     /// never be published, and delivering the request again would not change that).
-    pub async fn publish(&self, shared: &Shared, answer: &EncodedAnswer, version: Option<&str>) -> bool {
+    pub async fn publish(&self, shared: &Shared, answer: EncodedAnswer, version: Option<&str>) -> bool {
         let max_payload = shared.client.server_info().max_payload;
-        let too_large;
         let answer = if answer.body.len() + ANSWER_HEADERS_ROOM > max_payload {
             tracing::warn!(
                 id = %clip(&self.request_id),
@@ -99,15 +98,14 @@ impl Envelope {
                 max_payload,
                 "an answer is larger than the broker takes; answered 500 instead"
             );
-            too_large = EncodedAnswer::error(
+            EncodedAnswer::error(
                 500,
                 &format!(
                     "the answer ({} bytes) is larger than the NATS server's max_payload ({max_payload} bytes): \
                      ask for fewer items or outputs, or raise max_payload",
                     answer.body.len()
                 ),
-            );
-            &too_large
+            )
         } else {
             answer
         };
@@ -117,15 +115,16 @@ impl Envelope {
             model: &self.model,
             version,
         }
-        .to_map(answer);
-        let body = bytes::Bytes::from(answer.body.clone());
+        .to_map(&answer);
+        // Moved, not copied: retries share it.
+        let body = bytes::Bytes::from(answer.body);
         let budget = tokio::time::Instant::now() + retry_budget(shared.settings.ack_wait);
         let mut wait = Duration::from_millis(50);
         loop {
             match publish(
                 &shared.client,
                 &shared.context,
-                self.answer_to.clone(),
+                &self.answer_to,
                 map.clone(),
                 body.clone(),
             )
@@ -183,8 +182,7 @@ pub(super) async fn handle(shared: &Shared, message: jetstream::Message) {
     let mut envelope = Envelope::read(shared, message.subject.as_str(), headers, sequence);
     let settings = &shared.settings;
     let work = async {
-        let answered = answer(shared, &mut envelope, headers, message.payload.clone()).await;
-        let answer = &answered.answer;
+        let Answered { answer, version } = answer(shared, &mut envelope, headers, message.payload.clone()).await;
         match disposition(
             answer.status,
             answer.retry_after,
@@ -193,7 +191,7 @@ pub(super) async fn handle(shared: &Shared, message: jetstream::Message) {
             settings.nak_delay,
         ) {
             Disposition::Retry(delay) => Some((Outcome::Retried, AckKind::Nak(Some(delay)))),
-            kept => match envelope.publish(shared, answer, answered.version.as_deref()).await {
+            kept => match envelope.publish(shared, answer, version.as_deref()).await {
                 false => None,
                 true if kept == Disposition::Term => Some((Outcome::Terminated, AckKind::Term)),
                 true => Some((Outcome::Acked, AckKind::Ack)),

@@ -81,7 +81,7 @@ async fn answer_one(shared: &Shared, advisory: &MaxDeliveries) -> Result<(), Str
         deliveries = advisory.deliveries,
         "request given up: answered {GIVEN_UP}"
     );
-    if !envelope.publish(shared, &answer, None).await {
+    if !envelope.publish(shared, answer, None).await {
         return Err("the answer could not be published".into());
     }
     stream

@@ -58,10 +58,12 @@ pub struct PublishError {
 pub async fn publish(
     client: &async_nats::Client,
     context: &async_nats::jetstream::Context,
-    subject: String,
+    subject: &str,
     map: HeaderMap,
     body: bytes::Bytes,
 ) -> Result<(), PublishError> {
+    // One owned copy for both tries (the client takes subjects by value).
+    let subject: async_nats::Subject = subject.into();
     let failed = |subject: &str, reason: String| PublishError {
         subject: subject.to_owned(),
         reason,
