@@ -2,14 +2,18 @@
 //! to end: 13-19 MB components that embed their interpreter. The digits models whose
 //! predict stage is Python or JavaScript against scikit-learn's answers, an item each
 //! plugin rejects failing alone, and every way such a plugin can fail — an exception in
-//! the SDK, an exception past it, a loop past the deadline, memory running out — failing
-//! only the item that caused it while its neighbours get their answers, and the next
-//! request being served.
+//! the SDK, an exception past it, a loop past the deadline, memory running out, an output
+//! past the model's answer cap — failing only the item that caused it while its
+//! neighbours get their answers, the server's memory (measured on the real binary) staying
+//! within bounds, and the next request being served.
 
 use std::time::{Duration, Instant};
 
 use crate::common;
-use crate::languages::{rejects_a_blank_item_alone, repository_of, serves_the_oracle};
+use crate::languages::{
+    a_huge_output_fails_alone, a_memory_bomb_is_bounded, assert_only_the_middle_failed, rejects_a_blank_item_alone,
+    repository_of, serves_the_oracle, Replaced,
+};
 
 use common::{output_f32, request, TestServer};
 use serde_json::{json, Value};
@@ -38,22 +42,6 @@ async fn an_item_the_javascript_plugin_rejects_fails_alone() {
 async fn post_x(server: &TestServer, model: &str, values: &[f32]) -> (u16, Value) {
     let body = request("x", "FP32", &[values.len() as u64, 1], json!(values));
     server.post_json(&format!("/v2/models/{model}/infer"), &body).await
-}
-
-/// Checks a 207 answer to `[1, <fault>, 3]`: the middle item failed with `status` and a
-/// message holding `says`, its neighbours got y = 2x.
-fn assert_only_the_middle_failed(body: &Value, status: u16, says: &str) {
-    let results = body["results"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no results: {body}"));
-    assert_eq!(results.len(), 3, "{body}");
-    assert_eq!(results[1]["status"], status, "{body}");
-    let error = results[1]["error"].as_str().unwrap();
-    assert!(error.contains(says), "{error}");
-    for (i, want) in [(0, 2.0), (2, 6.0)] {
-        assert_eq!(results[i]["status"], 200, "{body}");
-        assert_eq!(output_f32(&results[i], "y"), vec![want], "{body}");
-    }
 }
 
 /// Every fault of the language's faulty plugin, each in a batch with healthy neighbours,
@@ -195,8 +183,9 @@ async fn the_python_plugin_is_held_to_every_limit() {
     server.stop().await;
 }
 
-/// The JavaScript plugin likewise: deep recursion is its item's 500, no wall gives, and
-/// `fetch` (the host links no wasi:http) traps its item alone.
+/// The JavaScript plugin likewise: deep recursion is its item's 500, a 3 s busy wait is
+/// cut at the deadline (504) while its neighbours are answered, no wall gives, and `fetch`
+/// (the host links no wasi:http) traps its item alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_javascript_plugin_is_held_to_every_limit() {
     let model = "faulty-js";
@@ -205,6 +194,18 @@ async fn the_javascript_plugin_is_held_to_every_limit() {
     let (status, body) = post_x(&server, model, &[1.0, -4.0, 3.0]).await;
     assert_eq!(status, 207, "{body}");
     assert_only_the_middle_failed(&body, 500, "recursion");
+
+    let started = Instant::now();
+    let (status, body) = post_x(&server, model, &[1.0, -9.0, 3.0]).await;
+    let took = started.elapsed();
+    assert_eq!(status, 207, "{body}");
+    assert_only_the_middle_failed(&body, 504, "exceeded its time limit");
+    eprintln!("faulty-js: a 3 s busy wait answered after {took:?} (deadline 1 s)");
+    // One deadline for the batch, one for the culprit's re-run alone, and a new
+    // SpiderMonkey instance made after each cut (2.16 s idle, 2.41-2.63 s beside a
+    // benchmark on two cores); a wait that was not cut would hold the batch's call alone
+    // for 3 s.
+    assert!(took < Duration::from_secs(3), "{took:?}");
     let (status, body) = post_x(&server, model, &[1.0, -60.0, 3.0]).await;
     assert_eq!(status, 207, "{body}");
     assert_only_the_middle_failed(&body, 422, "faulty-js walls: ");
@@ -221,4 +222,34 @@ async fn the_javascript_plugin_is_held_to_every_limit() {
     let (status, body) = post_x(&server, model, &[5.0]).await;
     assert_eq!((status, output_f32(&body, "y")), (200, vec![10.0]), "{body}");
     server.stop().await;
+}
+
+/// Python's memory bomb at the model's own cap (64 MiB): `MemoryError` is the item's 500,
+/// no trap, and from a start of ~13 MiB the instance cannot grow the 64 MiB past it after
+/// which the host replaces it, so it serves on holding what it grew (at most its cap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_memory_bomb_at_64_mib_fails_alone_and_its_instance_keeps_at_most_its_cap() {
+    a_memory_bomb_is_bounded("faulty-python", 64, "MemoryError", Replaced::Kept).await;
+}
+
+/// With room to grow past that (128 MiB), the grown instance is replaced after its call
+/// and the server's memory is back where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_memory_bomb_at_128_mib_fails_alone_and_its_instance_is_replaced() {
+    a_memory_bomb_is_bounded("faulty-python", 128, "MemoryError", Replaced::ForItsGrowth).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_javascript_memory_bomb_fails_alone_and_its_instance_is_replaced() {
+    a_memory_bomb_is_bounded("faulty-js", 128, "out of memory", Replaced::ForItsGrowth).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_python_output_fails_alone_within_an_rss_bound() {
+    a_huge_output_fails_alone("faulty-python").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_javascript_output_fails_alone_within_an_rss_bound() {
+    a_huge_output_fails_alone("faulty-js").await;
 }

@@ -13,6 +13,7 @@
  * | -4 | recurses without end (a stack overflow: a trap) |
  * | -9 | `sleep(3)` (a WASI poll: the deadline cuts it) |
  * | -11 | writes 1 MiB to stdout and to stderr, then answers as usual (the host keeps 64 KiB) |
+ * | -51 | the batch also answers `blob: BYTES [N, 1]`, whose element is 80 MiB for this item and empty for the others (declare no outputs, so `blob` may appear; past `max_answer_mib` the item's 500) |
  * | -70 | tries the sandbox's walls, fails the item 422 with what each met: files outside the model folder, the environment (a wall that gives way says BREACH) |
  * | -40 - k (k = 0..9) | y = the probability of class k that the `wasi:nn` graph `digits` gives the image `FAULTY_IMAGE` (pixel i = (7i) mod 17) |
  * | -60 | runs `digits` on an FP32 [1, 63] input: the host's refusal (400) is the item's error |
@@ -111,6 +112,31 @@ static int recurse(int depth) {
     return bottomless ? recurse(depth + 1) + frame[0] : 0;
 }
 
+/* Code -51's element of `blob`: far past any test's max_answer_mib, and enough that the
+ * instance grows more than the 64 MiB past its start after which the host replaces it. */
+enum { HUGE = 80 << 20 };
+
+/* Code -51: `blob`, BYTES [n, 1], each element its 4-byte little-endian length and then its
+ * bytes: HUGE bytes for the items that are -51, none for the others. BYTES elements have
+ * sizes of their own, so only those items' rows are huge (an FP32 row is as wide as the
+ * widest) and their neighbours in the call stay answerable. */
+static void huge_blob(tp_tensor_t *out, const float *x, size_t n) {
+    tp_tensor_new(out, "blob", TENSORPLUG_PLUGIN_TYPES_DATATYPE_BYTES, (uint64_t[]){n, 1}, 2);
+    size_t size = 0;
+    for (size_t i = 0; i < n; i++) size += 4 + (x[i] == -51.0f ? HUGE : 0);
+    uint8_t *data = malloc(size);
+    if (data == NULL) abort();
+    uint8_t *at = data;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t len = x[i] == -51.0f ? HUGE : 0;
+        memcpy(at, &len, 4); /* WebAssembly is little-endian */
+        memset(at + 4, 0xff, len);
+        at += 4 + len;
+    }
+    out->data.ptr = data;
+    out->data.len = size;
+}
+
 /* Code -70: what each attempt to leave the sandbox met, into `report`. */
 static void walls(char *report, size_t size) {
     static const char *const paths[] = {"/etc/passwd", "/model/../../etc/passwd", "/proc/self/environ"};
@@ -136,10 +162,13 @@ bool exports_predictor_predict(predictor_list_tensor_t *batch, predictor_predict
         tp_tensors_free(batch->ptr, batch->len);
         return false;
     }
-    ret->outputs.ptr = tp_tensors_new(1);
-    ret->outputs.len = 1;
+    bool huge = false;
+    for (size_t i = 0; i < n; i++) huge = huge || x[i] == -51.0f;
+    ret->outputs.len = huge ? 2 : 1;
+    ret->outputs.ptr = tp_tensors_new(ret->outputs.len);
     ret->failures = (tp_failures_t){NULL, 0};
     float *y = tp_tensor_new(&ret->outputs.ptr[0], "y", TENSORPLUG_PLUGIN_TYPES_DATATYPE_FP32, (uint64_t[]){n, 1}, 2);
+    if (huge) huge_blob(&ret->outputs.ptr[1], x, n);
     for (size_t i = 0; i < n; i++) {
         float v = x[i];
         tp_item_error_t item = {0};

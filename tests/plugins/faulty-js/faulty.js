@@ -12,11 +12,20 @@
 // | -5 | fails alone: 422 "faulty-js: item rejected" |
 // | -11 | logs 1 MiB with console.log and console.error, then answers as usual |
 // | -4 | recurses without end (SpiderMonkey's "too much recursion": the item's 500) |
+// | -9 | waits 3 s by Date.now() (componentize-js has no synchronous sleep: a busy wait, which
+// |    | the deadline cuts like Python's `time.sleep`) |
+// | -51 | the batch also answers `blob: BYTES [N, 1]`, whose element is 80 MiB for this item and
+// |     | empty for the others (declare no outputs, so `blob` may appear; past
+// |     | `max_answer_mib` the item's 500) |
 // | -60 | tries the sandbox's walls and fails the item 422 with what each attempt met: the
 // |     | environment, `require` (a wall that gives way says BREACH) |
 // | -62 | calls `fetch` (the host gives no wasi:http: the component traps, the item's 500) |
 // | -71 | throws from the export itself, past the SDK (a whole-call error) |
 import * as tp from '../../../sdk/js/tensorplug.js';
+
+// Code -51's element of `blob`: far past any test's max_answer_mib, and enough that the
+// instance grows more than the 64 MiB past its start after which the host replaces it.
+const HUGE = 80 << 20;
 
 function recurse(depth) {
   return recurse(depth + 1) + 1;
@@ -44,6 +53,10 @@ const exports = tp.predictor({
       }
       if (value === -5) failures.fail(i, 422, 'faulty-js: item rejected');
       if (value === -4) recurse(0);
+      if (value === -9) {
+        const until = Date.now() + 3000;
+        while (Date.now() < until);
+      }
       if (value === -60) failures.fail(i, 422, `faulty-js walls: ${walls()}`);
       if (value === -62) fetch('http://127.0.0.1:8080/v2/health/live').then(() => console.error('BREACH fetch answered'));
       if (value === -11) {
@@ -55,6 +68,12 @@ const exports = tp.predictor({
       y.values[i] = 2 * value;
     });
     tp.counterAdd('batches');
+    if (x.values.includes(-51)) {
+      // BYTES elements have sizes of their own: only this item's row is huge, so its
+      // neighbours in the call stay answerable (an FP32 row is as wide as the widest).
+      const blobs = Array.from(x.values, (v) => (v === -51 ? new Uint8Array(HUGE).fill(255) : ''));
+      return [y, tp.output('blob', 'bytes', x.shape, blobs)];
+    }
     return [y];
   },
 });

@@ -12,6 +12,7 @@ these codes triggers a fault:
 | -5 | fails alone: 422 "faulty-python: item rejected" |
 | -11 | prints 1 MiB to stdout and to stderr, then answers as usual (the host keeps 64 KiB) |
 | -12 | raises RuntimeError with a 16 MiB message (the SDK cuts it: the item's 500) |
+| -51 | the batch also answers `blob: BYTES [N, 1]`, whose element is 80 MiB for this item and empty for the others (declare no outputs, so `blob` may appear; past `max_answer_mib` the item's 500) |
 | -4 | recurses without end (Python's RecursionError: the item's 500) |
 | -9 | sleeps 3 s (`time.sleep`, a WASI poll: the deadline cuts it) |
 | -60 | tries the sandbox's walls and fails the item 422 with what each attempt met: a file outside the model folder, the environment, a socket, a subprocess (a wall that gives way says BREACH) |
@@ -23,6 +24,10 @@ import sys
 import time
 
 import tensorplug as tp
+
+# Code -51's element of `blob`: far past any test's max_answer_mib, and enough that the
+# instance grows more than the 64 MiB past its start after which the host replaces it.
+HUGE = 80 << 20
 
 
 def _recurse(depth):
@@ -92,4 +97,9 @@ class WitWorld(tp.Predictor):
                     print("e" * 4095, file=sys.stderr)
             y.values[i] = 2 * value
         tp.counter_add("batches")
+        if any(v == -51 for v in x.values):
+            # BYTES elements have sizes of their own: only this item's row is huge, so its
+            # neighbours in the call stay answerable (an FP32 row is as wide as the widest).
+            blobs = [b"\xff" * HUGE if v == -51 else b"" for v in x.values]
+            return [y, tp.output("blob", tp.BYTES, x.shape, blobs)]
         return [y]
