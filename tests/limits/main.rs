@@ -12,6 +12,7 @@ mod grpc_edge;
 mod hostile;
 mod metrics_scrapes;
 mod nn;
+mod sizing;
 
 /// Each test here runs a server and pushes it to a limit; measured one at a time, its
 /// timings and memory peaks are the server's own, not its neighbours'.

@@ -65,6 +65,7 @@ pub async fn run_with_grpc(
     let limits = ConnectionLimits::establish(config.connections.limits());
     let cache_dir = config.cache.usable_dir();
     let runtime = Runtime::new(cache_dir.as_deref()).context("starting the wasm runtime")?;
+    crate::runtime::purge_in_background();
     let metrics_on = config.metrics == Metrics::On;
     let mut edges = vec![&crate::http::REST_EDGE, &crate::http::OPENAI_EDGE];
     if grpc_listener.is_some() {

@@ -107,6 +107,12 @@ impl PipelineInstance {
         optional(&self.preprocess) + self.predict.traps() + optional(&self.postprocess)
     }
 
+    /// Instances replaced to give back memory a call grew, over every stage.
+    pub fn shed(&self) -> u64 {
+        let optional = |slot: &Option<Slot>| slot.as_ref().map_or(0, Slot::shed);
+        optional(&self.preprocess) + self.predict.shed() + optional(&self.postprocess)
+    }
+
     /// A brand-new set of instances from the same template.
     pub fn fresh(&self) -> Result<PipelineInstance, RuntimeError> {
         self.template.instantiate()

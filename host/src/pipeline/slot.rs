@@ -19,6 +19,8 @@ pub(crate) struct Slot {
     /// The live instance's linear memory when it was made.
     baseline: usize,
     traps: u64,
+    /// Instances replaced to give back the memory a call grew.
+    shed: u64,
     /// Whether a trapped instance is replaced at once (the default) or at the next call
     /// or [`Slot::repair`].
     replace_at_once: bool,
@@ -33,6 +35,7 @@ impl Slot {
             live: Some(live),
             template: template.clone(),
             traps: 0,
+            shed: 0,
             replace_at_once: true,
         })
     }
@@ -57,6 +60,7 @@ impl Slot {
             started_mib = self.baseline >> 20,
             "instance replaced to give its grown memory back"
         );
+        self.shed += 1;
         self.live = None;
         self.repair();
     }
@@ -79,6 +83,11 @@ impl Slot {
     /// Traps seen so far.
     pub(crate) fn traps(&self) -> u64 {
         self.traps
+    }
+
+    /// How many instances were replaced to give back the memory a call grew.
+    pub(crate) fn shed(&self) -> u64 {
+        self.shed
     }
 
     /// Whether it holds a live instance (a failed replacement leaves a hole that the

@@ -10,8 +10,10 @@
 //! compile, which cannot be interrupted, finishes on its own thread and is thrown away),
 //! so that a pathological module cannot stall a load for long. Compiles happen at load
 //! only, never on the serving path; each reports how long it took and whether the cache
-//! served it ([`CompileReport`]).
+//! served it ([`CompileReport`]). A file whose bytes a loaded stage already holds is not
+//! compiled again: it gets that stage's component ([`super::components`]).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER;
@@ -58,6 +60,9 @@ pub struct CompileReport {
     /// Whether the on-disk cache served it; `None` when other compiles ran at the same
     /// time and the cache's counters cannot tell whose lookup hit.
     pub cached: Option<bool>,
+    /// Whether a stage already loaded from the same bytes lent its component: nothing was
+    /// compiled or read from the cache, and no memory taken for code.
+    pub shared: bool,
 }
 
 /// Reads a plugin file: a regular file of at most [`MAX_PLUGIN_BYTES`] (a larger one is
@@ -67,10 +72,36 @@ pub fn read_plugin(file: &std::path::Path) -> Result<Vec<u8>, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Compiles a component or a wasip1 core module, within `timeout` (the model's
+/// The component of a component or wasip1 core module: the one a loaded stage with the
+/// same bytes holds, else compiled within `timeout` (the model's
 /// `limits.compile_timeout_ms`); the error says what is wrong with it.
-pub fn compile(runtime: &Runtime, bytes: Vec<u8>, timeout: Duration) -> Result<(Component, CompileReport), String> {
+pub fn compile(
+    runtime: &Runtime,
+    bytes: Vec<u8>,
+    timeout: Duration,
+) -> Result<(Arc<Component>, CompileReport), String> {
     let started = Instant::now();
+    let digest = super::components::Digest::of(&bytes);
+    let mut compiled = None;
+    let (component, _) = runtime.components().get_or_compile(digest, || {
+        let (component, report) = compile_afresh(runtime, bytes, timeout, started)?;
+        compiled = Some(report);
+        Ok::<_, String>(component)
+    })?;
+    let report = compiled.unwrap_or(CompileReport {
+        took: started.elapsed(),
+        cached: None,
+        shared: true,
+    });
+    Ok((component, report))
+}
+
+fn compile_afresh(
+    runtime: &Runtime,
+    bytes: Vec<u8>,
+    timeout: Duration,
+    started: Instant,
+) -> Result<(Component, CompileReport), String> {
     let bytes = match classify(&bytes)? {
         Binary::Component => bytes,
         Binary::CoreModule => componentize(&bytes)?,
@@ -90,7 +121,14 @@ pub fn compile(runtime: &Runtime, bytes: Vec<u8>, timeout: Duration) -> Result<(
             let cached = served_by_cache(lookups, runtime.cache_lookups());
             result.map(|component| {
                 let took = started.elapsed();
-                (component, CompileReport { took, cached })
+                (
+                    component,
+                    CompileReport {
+                        took,
+                        cached,
+                        shared: false,
+                    },
+                )
             })
         }
         Err(_) => Err(format!(

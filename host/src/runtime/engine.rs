@@ -11,6 +11,7 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Cache, CacheConfig, Config, Engine, WasmBacktraceDetails};
 
 use super::bindings::{log, metadata, metrics, nn};
+use super::components::Components;
 use super::deadline::EPOCH_TICK;
 use super::plugin_metrics::{PluginMetrics, PluginPage};
 use super::store::StoreState;
@@ -28,6 +29,8 @@ pub struct Runtime {
     cache: Option<Cache>,
     /// What every model's plugin metrics may put on `/metrics`, shared by the models.
     plugin_page: Arc<PluginPage>,
+    /// The compiled components loaded stages hold, by their bytes.
+    components: Arc<Components>,
 }
 
 impl Runtime {
@@ -79,6 +82,7 @@ impl Runtime {
             _ticker: Arc::new(ticker),
             cache: compile_cache,
             plugin_page: Arc::default(),
+            components: Arc::default(),
         })
     }
 
@@ -92,6 +96,16 @@ impl Runtime {
     /// The plugin metrics of a new version `version` of `model`, on the server's page.
     pub fn plugin_metrics(&self, model: &str, version: &str) -> PluginMetrics {
         PluginMetrics::new(self.plugin_page.clone(), model, version)
+    }
+
+    pub(super) fn components(&self) -> &Components {
+        &self.components
+    }
+
+    /// How many distinct compiled components the loaded stages hold (stages whose files
+    /// have the same bytes share one).
+    pub fn components_held(&self) -> usize {
+        self.components.len()
     }
 
     pub fn engine(&self) -> &Engine {

@@ -3,8 +3,11 @@
 //! Knows nothing of HTTP, batching or models beyond the tags it logs with: the pipeline
 //! above it decides what to call with what.
 
+mod allocator;
+pub use allocator::{purge_in_background, release_free_memory};
 mod bindings;
 mod compile;
+mod components;
 mod convert;
 mod deadline;
 pub use deadline::{on_this_runtime_thread, EPOCH_TICK};

@@ -96,6 +96,9 @@ pub struct StageTemplate {
     limits: SandboxLimits,
     parameters: Vec<wit::Parameter>,
     compiled: CompileReport,
+    /// Keeps the component in the runtime's register while this stage is loaded, so
+    /// another stage with the same bytes shares it.
+    _component: Arc<wasmtime::component::Component>,
 }
 
 impl StageTemplate {
@@ -167,6 +170,7 @@ impl StageTemplate {
             limits,
             parameters,
             compiled,
+            _component: component,
         }))
     }
 

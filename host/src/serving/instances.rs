@@ -257,6 +257,7 @@ pub fn run_job(
         .collect();
     let started = std::time::Instant::now();
     let traps_before = pipeline.traps();
+    let shed_before = pipeline.shed();
     let count = items.len();
     // The host must survive everything; a panic here is a host bug, but it must cost
     // only this batch, not the instance thread.
@@ -290,10 +291,12 @@ pub fn run_job(
     }
     let dropped = audience.dropped.borrow().iter().filter(|d| **d).count();
     stats.items_abandoned.fetch_add(dropped as u64, Ordering::Relaxed);
-    // A trapped instance is replaced at once: one replacement per trap.
+    // A trapped instance is replaced at once: one replacement per trap, and one per
+    // instance whose grown memory was given back.
     let trapped = pipeline.traps().saturating_sub(traps_before);
+    let shed = pipeline.shed().saturating_sub(shed_before);
     stats.traps.fetch_add(trapped, Ordering::Relaxed);
-    stats.replacements.fetch_add(trapped, Ordering::Relaxed);
+    stats.replacements.fetch_add(trapped + shed, Ordering::Relaxed);
     pooled.count_whole(stats);
     for resume in run.handed_back {
         let items = resume

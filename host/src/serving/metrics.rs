@@ -98,7 +98,7 @@ const COUNTERS: [CounterFamily; 10] = [
     },
     CounterFamily {
         name: "tensorplug_instance_replacements",
-        help: "Stage instances replaced after a trap (or pipelines rebuilt after a host panic)",
+        help: "Stage instances replaced: after a trap, or to give back the memory a call grew far past the instance's start (or pipelines rebuilt after a host panic)",
         read: |s| s.replacements,
     },
     CounterFamily {
@@ -287,6 +287,14 @@ impl Collector for ModelsCollector {
             let ready = i64::from(!draining && entry.status.model().is_some());
             ConstGauge::new(ready).encode(metric.encode_family(&[("model", Escaped(name.as_str()))])?)?;
         }
+
+        let metric = encoder.encode_descriptor(
+            "tensorplug_compiled_components",
+            "Distinct compiled components the loaded stages hold: stages whose files have the same bytes share one (its code and memory images)",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(self.repository.components_held() as i64).encode(metric)?;
 
         let plugins: Vec<_> = models
             .iter()

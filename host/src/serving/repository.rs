@@ -278,7 +278,9 @@ impl Repository {
         // given back when the load ends, even if nobody waits for it any more.
         let loaded = tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            LoadedModel::load(&runtime, &dir, None)
+            let loaded = LoadedModel::load(&runtime, &dir, None);
+            crate::runtime::release_free_memory();
+            loaded
         })
         .await
         .unwrap_or_else(|e| Err(RuntimeError::Sandbox(format!("loading panicked: {e}")).into()));
@@ -338,6 +340,11 @@ impl Repository {
                 })
             }
         }
+    }
+
+    /// How many distinct compiled components the loaded versions' stages hold.
+    pub fn components_held(&self) -> usize {
+        self.runtime.components_held()
     }
 
     /// Takes a model out of service; it stays in the index as UNAVAILABLE until it is
@@ -503,14 +510,19 @@ async fn futures_join_all(completions: Vec<super::instances::Completion>) {
 
 /// Each stage's compile time and whether the compile cache served it, as
 /// `predict 0.612 s (cached: false), ...` (`cached: unknown` when other compiles ran at
-/// the same time).
+/// the same time, `shared with a loaded stage` when one with the same bytes lent its
+/// component).
 fn compile_summary(shared: &ModelShared) -> String {
     let stages = shared.compiles.get().map(Vec::as_slice).unwrap_or_default();
     let each = stages.iter().map(|(stage, compiled)| {
+        let took = compiled.took.as_secs_f64();
+        if compiled.shared {
+            return format!("{stage} {took:.3} s (shared with a loaded stage)");
+        }
         let cached = compiled
             .cached
             .map_or("unknown", |hit| if hit { "true" } else { "false" });
-        format!("{stage} {:.3} s (cached: {cached})", compiled.took.as_secs_f64())
+        format!("{stage} {took:.3} s (cached: {cached})")
     });
     each.collect::<Vec<_>>().join(", ")
 }
