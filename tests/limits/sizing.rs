@@ -148,3 +148,22 @@ async fn a_model_whose_stage_differs_by_a_byte_gets_its_own_component() {
     let shared = server.logged("m1's load", |l| l.contains("model ready") && l.contains("m1"));
     assert!(shared.contains("shared with a loaded stage"), "{shared}");
 }
+
+/// A reload whose stages did not change compiles nothing and holds no second copy while
+/// both versions are loaded: the new version's stages share the old one's components.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_with_unchanged_stages_shares_the_serving_version_s_components() {
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
+    let repository = repository(1, 1, &[]);
+    let server = ServerProcess::spawn(repository.path(), &[]).await;
+    let toml = repository.path().join("m0/model.toml");
+    let changed = std::fs::read_to_string(&toml)
+        .unwrap()
+        .replace("pixel_max = 16", "pixel_max = 15");
+    std::fs::write(&toml, changed).unwrap();
+    let reloaded = server
+        .wait_for_log("the reload", |l| l.contains("model ready") && l.contains("shared"))
+        .await;
+    assert_eq!(reloaded.matches("shared with a loaded stage").count(), 3, "{reloaded}");
+    assert_eq!(compiled_components(&server).await, 3.0);
+}
