@@ -7,7 +7,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common;
-use common::metrics::Metrics;
 use common::process::ServerProcess;
 
 /// `copies` models `m0`, `m1`, … serving the Python digits example with `instances`
@@ -45,21 +44,10 @@ fn repository(copies: usize, instances: usize, distinct: &[usize]) -> tempfile::
     repository
 }
 
-async fn metrics(server: &ServerProcess) -> Metrics {
-    let text = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    Metrics::parse(text)
-}
-
 async fn compiled_components(server: &ServerProcess) -> f64 {
-    metrics(server).await.value("tensorplug_compiled_components", &[])
+    common::metrics::scrape_process(server)
+        .await
+        .value("tensorplug_compiled_components", &[])
 }
 
 /// Resident memory once every model is ready and answered one request, in MiB.
