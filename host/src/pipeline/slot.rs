@@ -41,23 +41,31 @@ impl Slot {
     }
 
     /// Replaces the live instance if its memory grew past [`SHED_GROWTH_BYTES`] more than
-    /// it started with (and at least doubled): what one call needed is given back to the
-    /// system instead of staying with the instance for its life.
+    /// it started with (and at least doubled), or grew and then ran into its cap (a
+    /// language runtime's out-of-memory error, answered as the item's error, leaves a heap
+    /// full to its cap): what one call needed is given back to the system instead of
+    /// staying with the instance for its life.
     pub(crate) fn shed_growth(&mut self) {
-        let Some(live) = &self.live else { return };
+        let Some(live) = &mut self.live else { return };
         let now = live.memory_bytes();
-        if now
-            <= self
+        let ran_into_cap = live.take_memory_refused() && now > self.baseline;
+        let grew_far = now
+            > self
                 .baseline
                 .saturating_add(SHED_GROWTH_BYTES)
-                .max(self.baseline.saturating_mul(2))
-        {
+                .max(self.baseline.saturating_mul(2));
+        if !(grew_far || ran_into_cap) {
             return;
         }
         tracing::info!(
             stage = self.template.kind().name(),
             memory_mib = now >> 20,
             started_mib = self.baseline >> 20,
+            cause = if grew_far {
+                "grew far past its start"
+            } else {
+                "ran into memory_mib"
+            },
             "instance replaced to give its grown memory back"
         );
         self.shed += 1;

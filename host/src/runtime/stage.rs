@@ -260,6 +260,12 @@ impl StageInstance {
         self.store.data().memory_bytes()
     }
 
+    /// Whether the instance ran into its memory cap (a growth refused) since the last
+    /// call to this.
+    pub fn take_memory_refused(&mut self) -> bool {
+        self.store.data_mut().take_memory_refused()
+    }
+
     /// Runs preprocess or postprocess (whichever this stage is) on `items`.
     ///
     /// The items are lent, not copied: they are moved into the binding's types for the

@@ -73,6 +73,8 @@ const LOG_BYTES_PER_CALL: usize = 256 * 1024;
 struct InstanceLimits {
     memory_cap: usize,
     memory_used: usize,
+    /// Whether a memory growth was refused at the cap since the last look.
+    memory_refused: bool,
     table_cap: usize,
     table_used: usize,
 }
@@ -81,6 +83,7 @@ impl wasmtime::ResourceLimiter for InstanceLimits {
     fn memory_growing(&mut self, current: usize, desired: usize, _: Option<usize>) -> wasmtime::Result<bool> {
         let total = self.memory_used.saturating_sub(current).saturating_add(desired);
         if total > self.memory_cap {
+            self.memory_refused = true;
             return Ok(false);
         }
         self.memory_used = total;
@@ -139,6 +142,11 @@ impl StoreState {
     /// The instance's linear memory, all memories together, in bytes.
     pub fn memory_bytes(&self) -> usize {
         self.limits.memory_used
+    }
+
+    /// Whether the instance asked for memory past its cap since the last call to this.
+    pub fn take_memory_refused(&mut self) -> bool {
+        std::mem::take(&mut self.limits.memory_refused)
     }
 
     /// Guest output written since the last call to this, as text.
@@ -319,6 +327,7 @@ pub fn new_store(
         limits: InstanceLimits {
             memory_cap: limits.memory_bytes,
             memory_used: 0,
+            memory_refused: false,
             table_cap: limits.table_elements,
             table_used: 0,
         },
