@@ -266,11 +266,11 @@ const MAX_COMPILE_TIMEOUT_MS: u64 = 3_600_000;
 const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// Largest `model.toml` read: a real one is a few KiB.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
-/// As much as the largest graph file holds: a graph whose weights are in its file fits.
 /// An item's answer, at most: far below what a plugin with a large memory cap could
 /// return, which encoded as JSON would take the server several times its size.
 const DEFAULT_MAX_ANSWER_MIB: u64 = 64;
 const MAX_MAX_ANSWER_MIB: u64 = 4096;
+/// As much as the largest graph file holds: a graph whose weights are in its file fits.
 const DEFAULT_GRAPH_MEMORY_MIB: u64 = 256;
 const MAX_GRAPH_MEMORY_MIB: u64 = 16_384;
 /// Large vision and language graphs have a few thousand nodes.
@@ -347,73 +347,64 @@ impl ModelConfig {
 
         let instances_default = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let limits = Limits {
-            memory_bytes: {
-                let mib = raw.limits.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB);
-                if !(1..=MAX_MEMORY_MIB).contains(&mib) {
-                    return Err(format!(
-                        "key `limits.memory_mib`: {mib} is outside 1..={MAX_MEMORY_MIB}"
-                    ));
-                }
-                (mib as usize) << 20
-            },
+            memory_bytes: (within(
+                "limits.memory_mib",
+                raw.limits.memory_mib,
+                DEFAULT_MEMORY_MIB,
+                1..=MAX_MEMORY_MIB,
+            )? as usize)
+                << 20,
             stage_timeout: positive_ms("limits.timeout_ms", raw.limits.timeout_ms, DEFAULT_STAGE_TIMEOUT_MS)?,
-            table_elements: match raw.limits.table_elements {
-                None => DEFAULT_TABLE_ELEMENTS,
-                Some(n @ 1..=10_000_000) => n,
-                Some(n) => return Err(format!("key `limits.table_elements`: {n} is outside 1..=10000000")),
-            },
-            max_handles: match raw.limits.max_handles {
-                None => DEFAULT_MAX_HANDLES,
-                Some(n @ 16..=65_536) => n,
-                Some(n) => return Err(format!("key `limits.max_handles`: {n} is outside 16..=65536")),
-            },
+            table_elements: within(
+                "limits.table_elements",
+                raw.limits.table_elements,
+                DEFAULT_TABLE_ELEMENTS,
+                1..=10_000_000,
+            )?,
+            max_handles: within(
+                "limits.max_handles",
+                raw.limits.max_handles,
+                DEFAULT_MAX_HANDLES,
+                16..=65_536,
+            )?,
             init_timeout: positive_ms(
                 "limits.init_timeout_ms",
                 raw.limits.init_timeout_ms,
                 DEFAULT_INIT_TIMEOUT_MS,
             )?,
-            compile_timeout: match raw.limits.compile_timeout_ms.unwrap_or(DEFAULT_COMPILE_TIMEOUT_MS) {
-                ms @ 1..=MAX_COMPILE_TIMEOUT_MS => Duration::from_millis(ms),
-                ms => {
-                    return Err(format!(
-                        "key `limits.compile_timeout_ms`: {ms} is outside 1..={MAX_COMPILE_TIMEOUT_MS}"
-                    ))
-                }
-            },
+            compile_timeout: Duration::from_millis(within(
+                "limits.compile_timeout_ms",
+                raw.limits.compile_timeout_ms,
+                DEFAULT_COMPILE_TIMEOUT_MS,
+                1..=MAX_COMPILE_TIMEOUT_MS,
+            )?),
             request_timeout: positive_ms(
                 "limits.request_timeout_ms",
                 raw.limits.request_timeout_ms,
                 DEFAULT_REQUEST_TIMEOUT_MS,
             )?,
-            instances: match raw.limits.instances {
-                None => instances_default,
-                Some(n @ 1..=256) => n,
-                Some(n) => return Err(format!("key `limits.instances`: {n} is outside 1..=256")),
-            },
-            graph_memory_bytes: match raw.limits.graph_memory_mib.unwrap_or(DEFAULT_GRAPH_MEMORY_MIB) {
-                mib @ 1..=MAX_GRAPH_MEMORY_MIB => mib << 20,
-                mib => {
-                    return Err(format!(
-                        "key `limits.graph_memory_mib`: {mib} is outside 1..={MAX_GRAPH_MEMORY_MIB}"
-                    ))
-                }
-            },
-            graph_max_nodes: match raw.limits.graph_max_nodes.unwrap_or(DEFAULT_GRAPH_MAX_NODES) {
-                n @ 1..=MAX_GRAPH_MAX_NODES => n,
-                n => {
-                    return Err(format!(
-                        "key `limits.graph_max_nodes`: {n} is outside 1..={MAX_GRAPH_MAX_NODES}"
-                    ))
-                }
-            },
-            max_answer_bytes: match raw.limits.max_answer_mib.unwrap_or(DEFAULT_MAX_ANSWER_MIB) {
-                mib @ 1..=MAX_MAX_ANSWER_MIB => usize::try_from(mib << 20).unwrap_or(usize::MAX),
-                mib => {
-                    return Err(format!(
-                        "key `limits.max_answer_mib`: {mib} is outside 1..={MAX_MAX_ANSWER_MIB}"
-                    ))
-                }
-            },
+            instances: within("limits.instances", raw.limits.instances, instances_default, 1..=256)?,
+            graph_memory_bytes: within(
+                "limits.graph_memory_mib",
+                raw.limits.graph_memory_mib,
+                DEFAULT_GRAPH_MEMORY_MIB,
+                1..=MAX_GRAPH_MEMORY_MIB,
+            )? << 20,
+            graph_max_nodes: within(
+                "limits.graph_max_nodes",
+                raw.limits.graph_max_nodes,
+                DEFAULT_GRAPH_MAX_NODES,
+                1..=MAX_GRAPH_MAX_NODES,
+            )?,
+            max_answer_bytes: usize::try_from(
+                within(
+                    "limits.max_answer_mib",
+                    raw.limits.max_answer_mib,
+                    DEFAULT_MAX_ANSWER_MIB,
+                    1..=MAX_MAX_ANSWER_MIB,
+                )? << 20,
+            )
+            .unwrap_or(usize::MAX),
         };
 
         let (batches, batching, padding) = match raw.batching {
@@ -645,6 +636,26 @@ fn tensor_specs(key: &str, raw: Vec<RawTensor>) -> Result<Vec<TensorSpec>, Strin
         });
     }
     Ok(specs)
+}
+
+/// `value` (or `default` when the key is absent) if `allowed` holds it, else an error naming
+/// the key and the range.
+fn within<T: PartialOrd + Copy + std::fmt::Display>(
+    key: &str,
+    value: Option<T>,
+    default: T,
+    allowed: std::ops::RangeInclusive<T>,
+) -> Result<T, String> {
+    let value = value.unwrap_or(default);
+    if allowed.contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!(
+            "key `{key}`: {value} is outside {}..={}",
+            allowed.start(),
+            allowed.end()
+        ))
+    }
 }
 
 fn positive_ms(key: &str, value: Option<u64>, default: u64) -> Result<Duration, String> {

@@ -103,14 +103,12 @@ impl PipelineInstance {
 
     /// Traps seen by this instance's stages so far.
     pub fn traps(&self) -> u64 {
-        let optional = |slot: &Option<Slot>| slot.as_ref().map_or(0, Slot::traps);
-        optional(&self.preprocess) + self.predict.traps() + optional(&self.postprocess)
+        self.each_slot().map(Slot::traps).sum()
     }
 
     /// Instances replaced to give back memory a call grew, over every stage.
     pub fn shed(&self) -> u64 {
-        let optional = |slot: &Option<Slot>| slot.as_ref().map_or(0, Slot::shed);
-        optional(&self.preprocess) + self.predict.shed() + optional(&self.postprocess)
+        self.each_slot().map(Slot::shed).sum()
     }
 
     /// A brand-new set of instances from the same template.
@@ -126,6 +124,13 @@ impl PipelineInstance {
     }
 
     /// Every stage's slot.
+    fn each_slot(&self) -> impl Iterator<Item = &Slot> {
+        self.preprocess
+            .iter()
+            .chain(std::iter::once(&self.predict))
+            .chain(self.postprocess.iter())
+    }
+
     fn slots(&mut self) -> impl Iterator<Item = &mut Slot> {
         self.preprocess
             .iter_mut()

@@ -57,12 +57,22 @@ pub const MAX_PLUGIN_BYTES: u64 = 64 << 20;
 pub struct CompileReport {
     /// From the file's bytes to a runnable component (wrapping a core module included).
     pub took: Duration,
-    /// Whether the on-disk cache served it; `None` when other compiles ran at the same
-    /// time and the cache's counters cannot tell whose lookup hit.
-    pub cached: Option<bool>,
-    /// Whether a stage already loaded from the same bytes lent its component: nothing was
-    /// compiled or read from the cache, and no memory taken for code.
-    pub shared: bool,
+    pub source: CompileSource,
+}
+
+/// Where a stage's component came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompileSource {
+    /// Compiled from its bytes.
+    Compiled,
+    /// Read from the on-disk compile cache.
+    Cache,
+    /// Compiled or read from the cache: other compiles ran at the same time, and the
+    /// cache's counters cannot tell whose lookup hit.
+    CompiledOrCache,
+    /// Lent by a stage already loaded from the same bytes: nothing compiled or read, and
+    /// no memory taken for code.
+    LoadedStage,
 }
 
 /// Reads a plugin file: a regular file of at most [`MAX_PLUGIN_BYTES`] (a larger one is
@@ -82,16 +92,12 @@ pub fn compile(
 ) -> Result<(Arc<Component>, CompileReport), String> {
     let started = Instant::now();
     let digest = super::components::Digest::of(&bytes);
-    let mut compiled = None;
-    let (component, _) = runtime.components().get_or_compile(digest, || {
-        let (component, report) = compile_afresh(runtime, bytes, timeout, started)?;
-        compiled = Some(report);
-        Ok::<_, String>(component)
-    })?;
+    let (component, compiled) = runtime
+        .components()
+        .get_or_compile(digest, || compile_afresh(runtime, bytes, timeout, started))?;
     let report = compiled.unwrap_or(CompileReport {
         took: started.elapsed(),
-        cached: None,
-        shared: true,
+        source: CompileSource::LoadedStage,
     });
     Ok((component, report))
 }
@@ -118,17 +124,10 @@ fn compile_afresh(
     let remaining = timeout.saturating_sub(started.elapsed());
     match compiled.recv_timeout(remaining) {
         Ok(result) => {
-            let cached = served_by_cache(lookups, runtime.cache_lookups());
+            let source = served_by_cache(lookups, runtime.cache_lookups());
             result.map(|component| {
                 let took = started.elapsed();
-                (
-                    component,
-                    CompileReport {
-                        took,
-                        cached,
-                        shared: false,
-                    },
-                )
+                (component, CompileReport { took, source })
             })
         }
         Err(_) => Err(format!(
@@ -140,14 +139,14 @@ fn compile_afresh(
 
 /// Whether the cache served a compile, from its (hits, misses) before and after: with no
 /// cache it did not; when both moved, other compiles ran meanwhile and it cannot tell.
-fn served_by_cache(before: Option<(usize, usize)>, after: Option<(usize, usize)>) -> Option<bool> {
+fn served_by_cache(before: Option<(usize, usize)>, after: Option<(usize, usize)>) -> CompileSource {
     let (Some((hits, misses)), Some((hits_after, misses_after))) = (before, after) else {
-        return Some(false);
+        return CompileSource::Compiled;
     };
     match (hits_after > hits, misses_after > misses) {
-        (true, false) => Some(true),
-        (false, true) => Some(false),
-        _ => None,
+        (true, false) => CompileSource::Cache,
+        (false, true) => CompileSource::Compiled,
+        _ => CompileSource::CompiledOrCache,
     }
 }
 
@@ -165,10 +164,13 @@ mod tests {
 
     #[test]
     fn the_cache_counters_tell_a_hit_when_only_they_moved() {
-        assert_eq!(served_by_cache(None, None), Some(false));
-        assert_eq!(served_by_cache(Some((3, 1)), Some((4, 1))), Some(true));
-        assert_eq!(served_by_cache(Some((3, 1)), Some((3, 2))), Some(false));
-        assert_eq!(served_by_cache(Some((3, 1)), Some((4, 2))), None);
+        assert_eq!(served_by_cache(None, None), CompileSource::Compiled);
+        assert_eq!(served_by_cache(Some((3, 1)), Some((4, 1))), CompileSource::Cache);
+        assert_eq!(served_by_cache(Some((3, 1)), Some((3, 2))), CompileSource::Compiled);
+        assert_eq!(
+            served_by_cache(Some((3, 1)), Some((4, 2))),
+            CompileSource::CompiledOrCache
+        );
     }
 
     #[test]

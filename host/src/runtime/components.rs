@@ -36,28 +36,30 @@ pub struct Components {
 struct Slot(Mutex<Weak<Component>>);
 
 impl Components {
-    /// The component for these bytes: the one a loaded stage holds, else what `compile`
-    /// makes of them (registered for the next stage with the same bytes). Says whether it
-    /// was shared. Blocks while another thread compiles the same bytes.
-    pub fn get_or_compile<E>(
+    /// The component for these bytes: the one a loaded stage holds (and `None`), else
+    /// what `compile` makes of them, with what else it returned (registered for the next
+    /// stage with the same bytes). Blocks while another thread compiles the same bytes.
+    pub fn get_or_compile<R, E>(
         &self,
         digest: Digest,
-        compile: impl FnOnce() -> Result<Component, E>,
-    ) -> Result<(Arc<Component>, bool), E> {
+        compile: impl FnOnce() -> Result<(Component, R), E>,
+    ) -> Result<(Arc<Component>, Option<R>), E> {
         let slot = {
             let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-            // Slots nobody holds a component of or waits on go here, so the map stays as
-            // large as what is loaded.
-            held.retain(|_, slot| Arc::strong_count(slot) > 1 || slot.in_use());
+            // Slots nobody holds a component of or waits on (a waiter or the compiling
+            // thread holds the slot too) go here, so the map stays as large as what is
+            // loaded.
+            held.retain(|_, slot| Arc::strong_count(slot) > 1 || slot.holds_one());
             held.entry(digest).or_default().clone()
         };
         let mut component = slot.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(shared) = component.upgrade() {
-            return Ok((shared, true));
+            return Ok((shared, None));
         }
-        let compiled = Arc::new(compile()?);
+        let (compiled, made) = compile()?;
+        let compiled = Arc::new(compiled);
         *component = Arc::downgrade(&compiled);
-        Ok((compiled, false))
+        Ok((compiled, Some(made)))
     }
 
     /// How many distinct components loaded stages hold (one being compiled not yet).
@@ -68,11 +70,6 @@ impl Components {
 }
 
 impl Slot {
-    /// Whether a stage holds its component, or it is being compiled.
-    fn in_use(&self) -> bool {
-        self.0.try_lock().map_or(true, |component| component.strong_count() > 0)
-    }
-
     /// Whether a stage holds its component (one being compiled does not count).
     fn holds_one(&self) -> bool {
         self.0.try_lock().is_ok_and(|component| component.strong_count() > 0)
@@ -88,8 +85,8 @@ mod tests {
         Component::new(engine, b"\0asm\x0d\0\x01\0").unwrap()
     }
 
-    fn compile(engine: &wasmtime::Engine) -> impl FnOnce() -> Result<Component, ()> + '_ {
-        || Ok(component(engine))
+    fn compile(engine: &wasmtime::Engine) -> impl FnOnce() -> Result<(Component, ()), ()> + '_ {
+        || Ok((component(engine), ()))
     }
 
     #[test]
@@ -97,17 +94,17 @@ mod tests {
         let engine = wasmtime::Engine::default();
         let components = Components::default();
         let digest = Digest::of(b"one");
-        let (first, shared) = components.get_or_compile(digest, compile(&engine)).unwrap();
-        assert!(!shared);
-        let (again, shared) = components
-            .get_or_compile(digest, || -> Result<Component, ()> { panic!("compiled twice") })
+        let (first, compiled) = components.get_or_compile(digest, compile(&engine)).unwrap();
+        assert!(compiled.is_some());
+        let (again, compiled) = components
+            .get_or_compile(digest, || -> Result<(Component, ()), ()> { panic!("compiled twice") })
             .unwrap();
-        assert!(shared && Arc::ptr_eq(&first, &again));
+        assert!(compiled.is_none() && Arc::ptr_eq(&first, &again));
         assert_eq!(components.len(), 1);
         drop((first, again));
         assert_eq!(components.len(), 0);
-        let (_, shared) = components.get_or_compile(digest, compile(&engine)).unwrap();
-        assert!(!shared, "compiled anew once nobody held it");
+        let (_, compiled) = components.get_or_compile(digest, compile(&engine)).unwrap();
+        assert!(compiled.is_some(), "compiled anew once nobody held it");
     }
 
     #[test]
@@ -131,10 +128,10 @@ mod tests {
         let components = Components::default();
         let digest = Digest::of(b"bad");
         assert!(components
-            .get_or_compile(digest, || Err::<Component, _>("broken"))
+            .get_or_compile(digest, || Err::<(Component, ()), _>("broken"))
             .is_err());
-        let (_, shared) = components.get_or_compile(digest, compile(&engine)).unwrap();
-        assert!(!shared);
+        let (_, compiled) = components.get_or_compile(digest, compile(&engine)).unwrap();
+        assert!(compiled.is_some());
     }
 
     #[test]
@@ -151,7 +148,7 @@ mod tests {
                             .get_or_compile(digest, || {
                                 compiles.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                                 std::thread::sleep(std::time::Duration::from_millis(50));
-                                Ok::<_, ()>(component(&engine))
+                                Ok::<_, ()>((component(&engine), ()))
                             })
                             .unwrap()
                     })
@@ -160,7 +157,7 @@ mod tests {
             loads.into_iter().map(|load| load.join().unwrap()).collect()
         });
         assert_eq!(compiles.into_inner(), 1);
-        assert_eq!(results.iter().filter(|(_, shared)| *shared).count(), 3);
+        assert_eq!(results.iter().filter(|(_, compiled)| compiled.is_none()).count(), 3);
         assert!(results.iter().all(|(c, _)| Arc::ptr_eq(c, &results[0].0)));
     }
 }

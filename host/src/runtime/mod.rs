@@ -21,7 +21,7 @@ mod store;
 mod wasi_files;
 mod wit_version;
 
-pub use compile::CompileReport;
+pub use compile::{CompileReport, CompileSource};
 pub use engine::Runtime;
 pub use shared::ModelShared;
 pub use stage::{Prediction, StageInstance, StageTemplate, Trapped};

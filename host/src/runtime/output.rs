@@ -23,29 +23,32 @@ const WRITE_PERMIT: usize = 4096;
 /// A bounded, drainable output buffer shared between a store's WASI context and the host.
 #[derive(Clone, Debug)]
 pub struct CapturedOutput {
-    buffer: Arc<Mutex<Vec<u8>>>,
+    buffer: Arc<Mutex<Captured>>,
     capacity: usize,
-    /// Bytes dropped since the last drain.
-    dropped: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// What was written since the last drain: the bytes kept, and how many were dropped.
+#[derive(Debug, Default)]
+struct Captured {
+    kept: Vec<u8>,
+    dropped: u64,
 }
 
 impl CapturedOutput {
     /// A buffer that holds at most `capacity` bytes between drains.
     pub fn new(capacity: usize) -> Self {
         Self {
-            buffer: Arc::new(Mutex::new(Vec::new())),
+            buffer: Arc::default(),
             capacity,
-            dropped: Arc::default(),
         }
     }
 
     /// Takes everything written since the last drain, as (lossy) UTF-8 text, ending with
     /// a line saying how many bytes were dropped, if any were.
     pub fn drain(&self) -> String {
-        let mut buffer = self.lock();
-        let mut text = String::from_utf8_lossy(&buffer).into_owned();
-        buffer.clear();
-        let dropped = self.dropped.swap(0, std::sync::atomic::Ordering::Relaxed);
+        let Captured { kept, dropped } = std::mem::take(&mut *self.lock());
+        // Valid UTF-8 (the usual case) becomes the text as it is, uncopied.
+        let mut text = String::from_utf8(kept).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
         if dropped > 0 {
             if !text.is_empty() && !text.ends_with('\n') {
                 text.push('\n');
@@ -58,7 +61,7 @@ impl CapturedOutput {
         text
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<u8>> {
+    fn lock(&self) -> MutexGuard<'_, Captured> {
         // A poisoned lock only means another thread panicked mid-append; the bytes are
         // still a valid Vec, so keep using them.
         crate::sync::lock(&self.buffer)
@@ -66,13 +69,10 @@ impl CapturedOutput {
 
     /// Keeps what fits of `bytes` and counts the rest as dropped.
     fn append(&self, bytes: &[u8]) {
-        let mut buffer = self.lock();
-        let n = bytes.len().min(self.capacity.saturating_sub(buffer.len()));
-        buffer.extend_from_slice(&bytes[..n]);
-        let dropped = (bytes.len() - n) as u64;
-        if dropped > 0 {
-            self.dropped.fetch_add(dropped, std::sync::atomic::Ordering::Relaxed);
-        }
+        let mut captured = self.lock();
+        let n = bytes.len().min(self.capacity.saturating_sub(captured.kept.len()));
+        captured.kept.extend_from_slice(&bytes[..n]);
+        captured.dropped += (bytes.len() - n) as u64;
     }
 }
 

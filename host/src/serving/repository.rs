@@ -21,7 +21,7 @@ use super::stats::EdgeLabel;
 use crate::model::config::{is_valid_model_name, MODEL_FILE};
 use crate::model::openmetrics::Escaped;
 use crate::pipeline::LoadedModel;
-use crate::runtime::{ModelShared, Runtime, RuntimeError};
+use crate::runtime::{CompileSource, ModelShared, Runtime, RuntimeError};
 
 /// A model's state as the repository index reports it (Triton's words).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -515,14 +515,13 @@ async fn futures_join_all(completions: Vec<super::instances::Completion>) {
 fn compile_summary(shared: &ModelShared) -> String {
     let stages = shared.compiles.get().map(Vec::as_slice).unwrap_or_default();
     let each = stages.iter().map(|(stage, compiled)| {
-        let took = compiled.took.as_secs_f64();
-        if compiled.shared {
-            return format!("{stage} {took:.3} s (shared with a loaded stage)");
-        }
-        let cached = compiled
-            .cached
-            .map_or("unknown", |hit| if hit { "true" } else { "false" });
-        format!("{stage} {took:.3} s (cached: {cached})")
+        let source = match compiled.source {
+            CompileSource::Compiled => "cached: false",
+            CompileSource::Cache => "cached: true",
+            CompileSource::CompiledOrCache => "cached: unknown",
+            CompileSource::LoadedStage => "shared with a loaded stage",
+        };
+        format!("{stage} {:.3} s ({source})", compiled.took.as_secs_f64())
     });
     each.collect::<Vec<_>>().join(", ")
 }
