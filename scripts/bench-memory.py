@@ -15,6 +15,9 @@ TENSORPLUG_BINARY names another binary.
 """
 import argparse, atexit, os, re, shutil, socket, subprocess, sys, tempfile, time, urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import tenants
+
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 binary = os.environ.get("TENSORPLUG_BINARY", f"{root}/target/release/tensorplug")
 scratch = tempfile.mkdtemp(prefix="bench-memory-")
@@ -29,36 +32,9 @@ def free_port():
     return port
 
 
-def distinct(component, k):
-    """The component with a custom section naming copy k appended: same code, other bytes."""
-    name = f"bench-memory-copy-{k}".encode()
-    payload = bytes([len(name)]) + name
-    return component + b"\x00" + bytes([len(payload)]) + payload
-
-
 def repo(example, copies, instances, alike):
-    d = tempfile.mkdtemp(prefix="repo-", dir=scratch)
-    src = f"{root}/examples/models/{example}"
-    for k in range(copies):
-        dst = f"{d}/m{k}"
-        os.mkdir(dst)
-        for f in os.listdir(src):
-            if f == "model.toml":
-                continue
-            if os.path.isdir(f"{src}/{f}"):
-                shutil.copytree(f"{src}/{f}", f"{dst}/{f}")
-            elif f.endswith(".wasm") and not alike:
-                open(f"{dst}/{f}", "wb").write(distinct(open(f"{src}/{f}", "rb").read(), k))
-            else:
-                os.link(f"{src}/{f}", f"{dst}/{f}")
-        text = open(f"{src}/model.toml").read()
-        text = re.sub(r"^name = .*$", f'name = "m{k}"', text, count=1, flags=re.M)
-        if re.search(r"^instances = ", text, flags=re.M):
-            text = re.sub(r"^instances = .*$", f"instances = {instances}", text, flags=re.M)
-        else:
-            text = text.replace("[limits]\n", f"[limits]\ninstances = {instances}\n")
-        open(f"{dst}/model.toml", "w").write(text)
-    return d
+    return tenants.make(f"{root}/examples/models/{example}", copies,
+                        tempfile.mkdtemp(prefix="repo-", dir=scratch), instances, alike)
 
 
 def status_kib(pid, field):

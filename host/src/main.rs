@@ -49,6 +49,38 @@ async fn run() -> anyhow::Result<()> {
             println!("made {}: see its README.md (build, serve, curl)", root.display());
             Ok(())
         }
+        Command::Compile(config) => {
+            tensorplug::app::telemetry::init("error", Default::default());
+            let Some(cache) = config.cache().usable_dir() else {
+                anyhow::bail!("no usable compile cache folder: give one with --cache-dir");
+            };
+            let runtime = tensorplug::runtime::Runtime::new(Some(&cache))?;
+            let repository = config.repository.clone();
+            let models = tokio::task::spawn_blocking(move || {
+                tensorplug::app::compile::compile_repository(&repository, &runtime)
+            })
+            .await??;
+            let (mut broken, mut compiled) = (0, 0);
+            for model in &models {
+                compiled += model.compiled;
+                match &model.result {
+                    Ok(stages) => println!("ok     {}: {}", model.name, stages.join(", ")),
+                    Err(error) => {
+                        broken += 1;
+                        println!("error  {}: {error}", model.name);
+                    }
+                }
+            }
+            println!(
+                "{} models, {compiled} stages compiled into {}, {broken} broken",
+                models.len(),
+                cache.display()
+            );
+            if broken > 0 {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Check(config) => {
             tensorplug::app::telemetry::init("error", Default::default());
             config.onnxruntime.apply();

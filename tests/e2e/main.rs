@@ -36,6 +36,7 @@ mod nn;
 mod nn_onnxruntime;
 mod observability;
 mod repository;
+mod residency;
 mod sandbox;
 mod shutdown;
 mod special_files;

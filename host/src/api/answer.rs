@@ -3,14 +3,12 @@
 //! send, and the binary extension's JSON length. One encoder, so that the same request
 //! gets byte for byte the same answer whichever of those edges it came through.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::call::Inferred;
 use super::error::ServeError;
 use crate::protocol::{encode_error, encode_multi_status, encode_response};
 use crate::serving::items::Answer;
-use crate::serving::Model;
 
 /// An answer as REST sends it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,10 +42,14 @@ impl EncodedAnswer {
         }
     }
 
-    /// The answer to an inference of `model`.
-    pub fn inferred(model: &Model, inferred: Inferred) -> Self {
+    /// The answer to an inference.
+    pub fn inferred(inferred: Inferred) -> Self {
         let Inferred {
-            answer, id, options, ..
+            model,
+            answer,
+            id,
+            options,
+            ..
         } = inferred;
         let (name, version) = (model.config.name.as_str(), model.config.version.as_str());
         match answer {
@@ -72,12 +74,11 @@ impl EncodedAnswer {
 
     /// [`EncodedAnswer::inferred`], on the blocking pool when the answer is large: a large
     /// answer takes milliseconds to encode, which an async worker should not spend.
-    pub async fn inferred_offloaded(model: &Arc<Model>, inferred: Inferred) -> Result<Self, ServeError> {
+    pub async fn inferred_offloaded(inferred: Inferred) -> Result<Self, ServeError> {
         if inferred.output_bytes <= OFFLOAD_ENCODE_BYTES {
-            return Ok(Self::inferred(model, inferred));
+            return Ok(Self::inferred(inferred));
         }
-        let model = model.clone();
-        tokio::task::spawn_blocking(move || Self::inferred(&model, inferred))
+        tokio::task::spawn_blocking(move || Self::inferred(inferred))
             .await
             .map_err(|e| ServeError::Internal(format!("encoding the answer failed: {e}")))
     }

@@ -3,23 +3,36 @@
 //! what comes back and says what it answered; the call applies the output options, logs
 //! the outcome inside the request's debug span, and counts the answer in the model's
 //! statistics under the edge's label.
+//!
+//! A model found on standby (on-demand residency) is made resident when the call runs,
+//! within the request's own time limit: every edge's first request of a model takes the
+//! same path to its load.
 
 use std::fmt::Display;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use tracing::{Instrument, Span};
 
 use super::error::ServeError;
-use super::infer::{find_model, infer, infer_many, Assembled};
+use super::infer::{find, infer, infer_many, request_timeout, Assembled, Found};
+use crate::model::config::ModelConfig;
 use crate::protocol::{clip, InferRequest, OutputOptions};
 use crate::serving::items::Answer;
+use crate::serving::residency::LoadTimes;
 use crate::serving::{EdgeLabel, Model, Repository};
 
 /// One inference request on its way through the server, from its model's lookup to its
 /// counted answer.
 pub struct InferCall {
-    model: Arc<Model>,
+    repository: Arc<Repository>,
+    found: Found,
+    /// The version asked for, checked again against the version a load brings.
+    version: Option<String>,
+    /// The resident model, once the call has one: at its start, or after the load it
+    /// waited for (whose times are then in `cold`).
+    model: OnceLock<Arc<Model>>,
+    cold: OnceLock<LoadTimes>,
     edge: &'static EdgeLabel,
     arrived: Instant,
     span: Span,
@@ -27,6 +40,8 @@ pub struct InferCall {
 
 /// What a call answered.
 pub struct Inferred {
+    /// The model version that answered.
+    pub model: Arc<Model>,
     /// The outcome, every item's outputs already cut to the requested ones, in requested
     /// order.
     pub answer: Answer,
@@ -55,7 +70,7 @@ impl InferCall {
     /// not served is logged as a failed request and not counted (there is no model to
     /// count it in).
     pub fn start(
-        repository: &Repository,
+        repository: &Arc<Repository>,
         edge: &'static EdgeLabel,
         name: &str,
         version: Option<&str>,
@@ -70,13 +85,24 @@ impl InferCall {
             id = tracing::field::Empty,
             items = tracing::field::Empty
         );
-        match find_model(repository, name, version) {
-            Ok(model) => Ok(InferCall {
-                model,
-                edge,
-                arrived,
-                span,
-            }),
+        match find(repository, name, version) {
+            Ok(found) => {
+                let model = OnceLock::new();
+                if let Found::Resident(resident) = &found {
+                    resident.last_used.touch();
+                    let _ = model.set(resident.clone());
+                }
+                Ok(InferCall {
+                    repository: repository.clone(),
+                    found,
+                    version: version.map(str::to_owned),
+                    model,
+                    cold: OnceLock::new(),
+                    edge,
+                    arrived,
+                    span,
+                })
+            }
             Err(error) => {
                 span.in_scope(|| log_failed(name, error.status(), &error));
                 Err(error)
@@ -84,9 +110,12 @@ impl InferCall {
         }
     }
 
-    /// The model the call runs on.
-    pub fn model(&self) -> &Arc<Model> {
-        &self.model
+    /// The configuration of the model the call runs on (resident or on standby).
+    pub fn config(&self) -> &ModelConfig {
+        match self.model.get() {
+            Some(model) => &model.config,
+            None => self.found.config(),
+        }
     }
 
     /// The request's span, for the edge's own steps (decoding) to run in.
@@ -98,8 +127,7 @@ impl InferCall {
     /// message, a body too large, an answer that could not be encoded), with the
     /// protocol-neutral `status` it is answered with.
     pub fn failed(&self, status: u16, error: &dyn Display) {
-        self.span
-            .in_scope(|| log_failed(&self.model.config.name, status, error));
+        self.span.in_scope(|| log_failed(&self.config().name, status, error));
     }
 
     /// Runs `request`: the answer with the requested outputs only, a failed item or every
@@ -118,9 +146,38 @@ impl InferCall {
         }
         let options = OutputOptions::from_request(&request);
         let id = request.id.clone();
-        let assembled = infer(&self.model, request).await?;
+        let timeout = request_timeout(self.config(), &request)?;
+        let (model, spent) = self.resident(timeout).await?;
+        let assembled = infer(&model, request, spent).await?;
         self.span.record("items", assembled.items);
-        Ok(self.inferred(id, options, assembled))
+        Ok(self.inferred(model, id, options, assembled))
+    }
+
+    /// The call's resident model, made resident first if it was found on standby (within
+    /// `timeout` from the call's arrival), with the time that took.
+    async fn resident(&self, timeout: Duration) -> Result<(Arc<Model>, Duration), ServeError> {
+        if let Some(model) = self.model.get() {
+            return Ok((model.clone(), Duration::ZERO));
+        }
+        let name = &self.found.config().name;
+        let deadline = tokio::time::Instant::from_std(self.arrived) + timeout;
+        let (model, load) = self.repository.resident(name, deadline).await?;
+        if let Some(version) = &self.version {
+            // The folder changed while the model was on standby.
+            if *version != model.config.version {
+                return Err(ServeError::VersionNotFound {
+                    model: clip(name).into_owned(),
+                    version: clip(version).into_owned(),
+                    live: model.config.version.clone(),
+                });
+            }
+        }
+        model.last_used.touch();
+        let model = self.model.get_or_init(|| model).clone();
+        if let Some(load) = load {
+            let _ = self.cold.set(load);
+        }
+        Ok((model, self.arrived.elapsed()))
     }
 
     /// Runs several requests at once, their items handed to the model's batcher together
@@ -132,14 +189,28 @@ impl InferCall {
             .iter()
             .map(|request| (request.id.clone(), OutputOptions::from_request(request)))
             .collect();
-        let results = infer_many(&self.model, requests).instrument(self.span.clone()).await;
+        let timeout = requests
+            .iter()
+            .filter_map(|request| request_timeout(self.config(), request).ok())
+            .min()
+            .unwrap_or(self.config().limits.request_timeout);
+        let (model, spent) = match self.resident(timeout).instrument(self.span.clone()).await {
+            Ok(resident) => resident,
+            Err(error) => {
+                self.failed(error.status(), &error);
+                return asked.iter().map(|_| Err(error.duplicate())).collect();
+            }
+        };
+        let results = infer_many(&model, requests, spent).instrument(self.span.clone()).await;
         let items: usize = results.iter().flatten().map(|assembled| assembled.items).sum();
         self.span.record("items", items);
         asked
             .into_iter()
             .zip(results)
             .map(|((id, options), result)| match result {
-                Ok(assembled) => Ok(self.span.in_scope(|| self.inferred(id, options, assembled))),
+                Ok(assembled) => Ok(self
+                    .span
+                    .in_scope(|| self.inferred(model.clone(), id, options, assembled))),
                 Err(error) => {
                     self.failed(error.status(), &error);
                     Err(error)
@@ -150,13 +221,19 @@ impl InferCall {
 
     /// A request's answer with the requested outputs only, a failed item or every item's
     /// outcome logged.
-    fn inferred(&self, id: Option<String>, options: OutputOptions, assembled: Assembled) -> Inferred {
-        let model = self.model.config.name.as_str();
+    fn inferred(
+        &self,
+        model: Arc<Model>,
+        id: Option<String>,
+        options: OutputOptions,
+        assembled: Assembled,
+    ) -> Inferred {
+        let name = model.config.name.as_str();
         let answer = match assembled.answer {
             Answer::Success(outputs) => Answer::Success(options.filter(outputs)),
             Answer::Failure(error) => {
                 tracing::info!(
-                    model,
+                    model = name,
                     id = id.as_deref().map(clip).as_deref(),
                     status = error.status,
                     "item failed: {}",
@@ -167,7 +244,7 @@ impl InferCall {
             Answer::MultiStatus(outcomes) => {
                 let failed = outcomes.iter().filter(|o| o.is_err()).count();
                 tracing::info!(
-                    model,
+                    model = name,
                     id = id.as_deref().map(clip).as_deref(),
                     failed,
                     items = outcomes.len(),
@@ -182,6 +259,7 @@ impl InferCall {
             }
         };
         Inferred {
+            model,
             answer,
             id,
             options,
@@ -198,8 +276,22 @@ impl InferCall {
     /// Counts the requests of a [`InferCall::run_many`], one answered status each.
     pub fn answered_each(self, statuses: impl IntoIterator<Item = u16>) {
         let elapsed = self.arrived.elapsed();
+        if let Some(load) = self.cold.get() {
+            self.repository.residency.cold_start(self.arrived, *load);
+        }
+        // A call whose model never became resident has no statistics to count it in.
+        let Some(model) = self.model.get() else { return };
         for status in statuses {
-            self.model.stats.record_request(self.edge, status, elapsed);
+            model.stats.record_request(self.edge, status, elapsed);
+        }
+    }
+}
+
+impl Drop for InferCall {
+    fn drop(&mut self) {
+        // The model first, so that a load waiting for room finds it free.
+        if self.model.take().is_some() {
+            self.repository.request_ended();
         }
     }
 }

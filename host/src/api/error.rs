@@ -38,6 +38,9 @@ pub enum ServeError {
     },
     #[error("model '{0}' is not ready")]
     ModelNotReady(String),
+    /// What only a resident model has (statistics), asked of one on standby.
+    #[error("model '{0}' is on standby (not resident): it has no statistics until a request loads it")]
+    NotResident(String),
     #[error(transparent)]
     Queue(#[from] SubmitError),
     #[error("{0}")]
@@ -61,14 +64,32 @@ impl ServeError {
             ServeError::Unauthorized => 401,
             ServeError::BodyTooLarge { .. } => 413,
             ServeError::Forbidden(_) => 403,
-            ServeError::ModelNotFound(_) | ServeError::VersionNotFound { .. } => 404,
+            ServeError::ModelNotFound(_) | ServeError::VersionNotFound { .. } | ServeError::NotResident(_) => 404,
             ServeError::ModelNotReady(_) | ServeError::Queue(_) => 503,
             ServeError::Internal(_) => 500,
             ServeError::Repository(e) => match e {
                 RepositoryError::InvalidName(_) => 400,
                 RepositoryError::NoSuchFolder(_) | RepositoryError::NotLoaded(_) => 404,
-                RepositoryError::Load { .. } => 500,
+                // A broken model is the server side's failure, and not worth a retry until
+                // its folder changes.
+                RepositoryError::Load { .. } | RepositoryError::Broken { .. } => 500,
+                RepositoryError::NotResidentYet { .. } => 503,
             },
+        }
+    }
+
+    /// The same failure again, for each of several requests it fails (the model they all
+    /// asked for could not be made resident); what cannot be copied keeps its message.
+    pub fn duplicate(&self) -> ServeError {
+        match self {
+            ServeError::Repository(error) => ServeError::Repository(error.clone()),
+            ServeError::VersionNotFound { model, version, live } => ServeError::VersionNotFound {
+                model: model.clone(),
+                version: version.clone(),
+                live: live.clone(),
+            },
+            ServeError::ModelNotReady(model) => ServeError::ModelNotReady(model.clone()),
+            other => ServeError::Internal(other.to_string()),
         }
     }
 
@@ -76,7 +97,9 @@ impl ServeError {
     /// full queue, or a model still loading (a model shutting down is not coming back).
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            ServeError::Queue(SubmitError::QueueFull { .. }) | ServeError::ModelNotReady(_) => Some(RETRY_AFTER),
+            ServeError::Queue(SubmitError::QueueFull { .. })
+            | ServeError::ModelNotReady(_)
+            | ServeError::Repository(RepositoryError::NotResidentYet { .. }) => Some(RETRY_AFTER),
             _ => None,
         }
     }
@@ -114,6 +137,7 @@ mod tests {
                 404,
             ),
             (ServeError::ModelNotReady("m".into()), 503),
+            (ServeError::NotResident("m".into()), 404),
             (queue_full(), 503),
             (ServeError::Queue(SubmitError::Closed { model: "m".into() }), 503),
             (ServeError::Internal("x".into()), 500),
@@ -122,6 +146,20 @@ mod tests {
             (ServeError::Repository(RepositoryError::InvalidName("../x".into())), 400),
             (ServeError::Repository(RepositoryError::NoSuchFolder("x".into())), 404),
             (ServeError::Repository(RepositoryError::NotLoaded("x".into())), 404),
+            (
+                ServeError::Repository(RepositoryError::Broken {
+                    name: "x".into(),
+                    reason: "r".into(),
+                }),
+                500,
+            ),
+            (
+                ServeError::Repository(RepositoryError::NotResidentYet {
+                    name: "x".into(),
+                    why: "w".into(),
+                }),
+                503,
+            ),
         ];
         for (error, status) in cases {
             assert_eq!(error.status(), status, "{error:?}");

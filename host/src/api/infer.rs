@@ -4,6 +4,7 @@
 //! several requests at once, their items handed to the batcher together and each
 //! request's outcomes assembled apart (the batch client's in-process lines).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,26 +15,70 @@ use crate::model::request_parameters::{ParameterScalar, RequestParameter};
 use crate::model::tensor::{Item, Tensor};
 use crate::protocol::{clip, render_parameter, InferRequest, ParameterValue, Parameters};
 use crate::serving::items::{assemble, split_request, Answer, RequestError};
-use crate::serving::{Model, ModelStatus, Repository};
+use crate::serving::{Model, ModelStatus, Repository, RepositoryError, Standby};
 
-/// The live version of `name`, checked against a requested version.
-pub fn find_model(repository: &Repository, name: &str, version: Option<&str>) -> Result<Arc<Model>, ServeError> {
-    let model = match repository.status(name) {
-        Some(ModelStatus::Ready { model, .. }) => model,
+/// A model as a request finds it: resident (its instances live), or on standby (its
+/// first request loads it; its metadata is its `model.toml`'s meanwhile).
+#[derive(Clone)]
+pub enum Found {
+    Resident(Arc<Model>),
+    Standby(Arc<Standby>),
+}
+
+impl Found {
+    pub fn config(&self) -> &ModelConfig {
+        match self {
+            Found::Resident(model) => &model.config,
+            Found::Standby(standby) => &standby.config,
+        }
+    }
+
+    /// What its plugins declared (on standby: when it was last resident).
+    pub fn declared_metadata(&self) -> BTreeMap<String, String> {
+        match self {
+            Found::Resident(model) => model.shared.metadata(),
+            Found::Standby(standby) => standby.metadata.clone(),
+        }
+    }
+}
+
+/// `name` as the repository serves it, checked against a requested version: resident or
+/// on standby; a model loading for the first time is not ready, a failed one not found.
+pub fn find(repository: &Repository, name: &str, version: Option<&str>) -> Result<Found, ServeError> {
+    let found = match repository.status(name) {
+        Some(ModelStatus::Ready { model, .. }) => Found::Resident(model),
+        Some(ModelStatus::Standby(standby)) => Found::Standby(standby),
         // Known, and on its way: worth a retry, unlike a name nobody serves.
         Some(ModelStatus::Loading) => return Err(ServeError::ModelNotReady(clip(name).into_owned())),
+        Some(ModelStatus::Failed { reason }) if repository.policy().on_demand() => {
+            return Err(RepositoryError::Broken {
+                name: clip(name).into_owned(),
+                reason,
+            }
+            .into())
+        }
         _ => return Err(ServeError::ModelNotFound(clip(name).into_owned())),
     };
+    let live = &found.config().version;
     if let Some(version) = version {
-        if version != model.config.version {
+        if version != live {
             return Err(ServeError::VersionNotFound {
                 model: clip(name).into_owned(),
                 version: clip(version).into_owned(),
-                live: model.config.version.clone(),
+                live: live.clone(),
             });
         }
     }
-    Ok(model)
+    Ok(found)
+}
+
+/// The resident version of `name`, checked against a requested version; a model on
+/// standby has none (it has no statistics until a request loads it).
+pub fn find_model(repository: &Repository, name: &str, version: Option<&str>) -> Result<Arc<Model>, ServeError> {
+    match find(repository, name, version)? {
+        Found::Resident(model) => Ok(model),
+        Found::Standby(_) => Err(ServeError::NotResident(clip(name).into_owned())),
+    }
 }
 
 /// A request's assembled answer.
@@ -48,9 +93,19 @@ pub(super) struct Assembled {
 /// Answers whose outputs hold more bytes than this are stacked on the blocking pool.
 const OFFLOAD_ASSEMBLY_BYTES: usize = 256 * 1024;
 
-/// Runs `request` through `model`.
-pub(super) async fn infer(model: &Model, request: InferRequest) -> Result<Assembled, ServeError> {
+/// How long `request` may take, from its `timeout` parameter or the model's default.
+pub(super) fn request_timeout(config: &ModelConfig, request: &InferRequest) -> Result<Duration, ServeError> {
+    Ok(request
+        .timeout_us()?
+        .map(Duration::from_micros)
+        .unwrap_or(config.limits.request_timeout))
+}
+
+/// Runs `request` through `model`; `spent`: what the request's time limit already lost
+/// waiting for its model to become resident.
+pub(super) async fn infer(model: &Model, request: InferRequest, spent: Duration) -> Result<Assembled, ServeError> {
     let (items, timeout) = prepare(&model.config, request)?;
+    let timeout = timeout.saturating_sub(spent);
     let count = items.len();
     let outcomes = model.infer(items, timeout).await?;
     assembled(&model.config, outcomes, count).await
@@ -59,7 +114,11 @@ pub(super) async fn infer(model: &Model, request: InferRequest) -> Result<Assemb
 /// Runs `requests` through `model` as one submission to its batcher (the shortest of
 /// their timeouts for all), each answered apart: a request that does not fit the model
 /// fails alone, a full queue fails them all.
-pub(super) async fn infer_many(model: &Model, requests: Vec<InferRequest>) -> Vec<Result<Assembled, ServeError>> {
+pub(super) async fn infer_many(
+    model: &Model,
+    requests: Vec<InferRequest>,
+    spent: Duration,
+) -> Vec<Result<Assembled, ServeError>> {
     let config = &model.config;
     let mut counts: Vec<Result<usize, ServeError>> = Vec::with_capacity(requests.len());
     let mut items = Vec::new();
@@ -76,6 +135,7 @@ pub(super) async fn infer_many(model: &Model, requests: Vec<InferRequest>) -> Ve
         // None fits the model: every one is its own error already.
         return counts.into_iter().filter_map(Result::err).map(Err).collect();
     };
+    let timeout = timeout.saturating_sub(spent);
     let mut outcomes = match model.infer(items, timeout).await {
         Ok(outcomes) => outcomes.into_iter(),
         Err(error) => {
@@ -112,10 +172,7 @@ fn prepare(config: &ModelConfig, request: InferRequest) -> Result<(Vec<Item>, Du
             .into());
         }
     }
-    let timeout = request
-        .timeout_us()?
-        .map(Duration::from_micros)
-        .unwrap_or(config.limits.request_timeout);
+    let timeout = request_timeout(config, &request)?;
     let carried = carried_parameters(config, &request.parameters)?;
     let mut items = split_request(config, request.inputs)?;
     if !carried.is_empty() {

@@ -1,13 +1,15 @@
 //! A model version's metadata and readiness as every edge reports them.
 
-use super::{find_model, ServeError};
+use super::infer::{find, Found};
+use super::ServeError;
 use crate::model::config::TensorSpec;
 use crate::protocol::{ModelMetadata, TensorMetadata};
-use crate::serving::{Model, Repository};
+use crate::serving::{Repository, RepositoryError};
 
-/// The model's declared inputs and outputs, and the metadata its plugins declared.
-pub fn model_metadata(model: &Model) -> ModelMetadata {
-    let config = &model.config;
+/// The model's declared inputs and outputs, and the metadata its plugins declared (a
+/// model on standby: what they declared when it was last resident). Never loads it.
+pub fn model_metadata(model: &Found) -> ModelMetadata {
+    let config = model.config();
     let describe = |specs: &[TensorSpec]| {
         specs
             .iter()
@@ -24,17 +26,18 @@ pub fn model_metadata(model: &Model) -> ModelMetadata {
         platform: "tensorplug_wasm".into(),
         inputs: describe(&config.inputs),
         outputs: describe(&config.outputs),
-        parameters: model.shared.metadata(),
+        parameters: model.declared_metadata(),
     }
 }
 
-/// Whether `name` (at `version`, if given) is ready: it serves that version and the server
-/// is not draining. A model still loading is not ready; one the server does not know (or
-/// a version it does not serve) is an error.
+/// Whether `name` (at `version`, if given) is ready: it serves that version, or is on
+/// standby (its next request loads it), and the server is not draining. A model still
+/// loading is not ready; one the server does not know (or a version it does not serve)
+/// is an error. Never loads it.
 pub fn model_ready(repository: &Repository, name: &str, version: Option<&str>) -> Result<bool, ServeError> {
-    match find_model(repository, name, version) {
-        Ok(model) => Ok(repository.model_ready(&model.config.name)),
-        Err(ServeError::ModelNotReady(_)) => Ok(false),
+    match find(repository, name, version) {
+        Ok(model) => Ok(repository.model_ready(&model.config().name)),
+        Err(ServeError::ModelNotReady(_) | ServeError::Repository(RepositoryError::Broken { .. })) => Ok(false),
         Err(e) => Err(e),
     }
 }

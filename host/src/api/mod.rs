@@ -15,5 +15,5 @@ pub use answer::EncodedAnswer;
 pub use call::{InferCall, Inferred};
 pub use decode::decode_body;
 pub use error::ServeError;
-pub use infer::find_model;
+pub use infer::{find, find_model, Found};
 pub use metadata::{model_metadata, model_ready};

@@ -8,7 +8,7 @@
 //! [`RepositoryApi::Off`] switches everything off.
 
 use super::error::ServeError;
-use crate::serving::{ModelState, Repository};
+use crate::serving::{ModelState, ModelStatus, Repository};
 
 /// How the set of served models may change while the server runs (as Triton's
 /// `--model-control-mode`).
@@ -99,6 +99,16 @@ pub struct IndexRow {
     pub version: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What a resident model holds, measured (instances, its share of code, graphs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// Milliseconds since a resident model's latest request (or its load).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_ms: Option<u64>,
+    /// Whether the model stays resident whatever the residency policy says
+    /// (`[residency] pinned`, or loaded through this API).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
 }
 
 /// Every model the server knows, and every model folder it has not been asked to load
@@ -107,11 +117,25 @@ pub fn index(repository: &Repository) -> Vec<IndexRow> {
     let mut rows: Vec<IndexRow> = repository
         .index()
         .into_iter()
-        .map(|(name, entry)| IndexRow {
-            name,
-            state: entry.status.state(),
-            version: entry.status.model().map(|m| m.config.version.clone()),
-            reason: entry.status.reason().map(str::to_owned),
+        .map(|(name, entry)| {
+            let model = entry.status.model();
+            let state = match entry.status.state() {
+                ModelState::Standby if repository.is_loading_on_demand(&name) => ModelState::Loading,
+                state => state,
+            };
+            let version = match &entry.status {
+                ModelStatus::Standby(standby) => Some(standby.config.version.clone()),
+                status => status.model().map(|m| m.config.version.clone()),
+            };
+            IndexRow {
+                state,
+                version,
+                reason: entry.status.reason().map(str::to_owned),
+                memory_bytes: model.map(|m| m.held_bytes()),
+                idle_ms: model.map(|m| u64::try_from(m.last_used.ago().as_millis()).unwrap_or(u64::MAX)),
+                pinned: entry.pinned(),
+                name,
+            }
         })
         .collect();
     for name in repository.model_folders().unwrap_or_default() {
@@ -121,6 +145,9 @@ pub fn index(repository: &Repository) -> Vec<IndexRow> {
                 state: ModelState::Unavailable,
                 version: None,
                 reason: Some("not loaded".into()),
+                memory_bytes: None,
+                idle_ms: None,
+                pinned: false,
             });
         }
     }
@@ -145,7 +172,7 @@ pub async fn change(
 ) -> Result<(), ServeError> {
     access.check_change(token)?;
     match change {
-        Change::Load => repository.load(name).await?,
+        Change::Load => repository.load(name, crate::serving::residency::API).await?,
         Change::Unload => repository.unload(name).await?,
     }
     Ok(())

@@ -12,6 +12,7 @@ use crate::app::telemetry::LogFormat;
 pub use crate::batch::TransportKind;
 use crate::nats::NatsSettings;
 pub use crate::nats::Readiness;
+pub use crate::serving::{ResidencyMode, ResidencyPolicy};
 
 /// An inference server whose models are sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -36,6 +37,11 @@ pub enum Command {
     /// with its status and error), 1 usage or setup error (nothing was inferred), 130
     /// interrupted (rerun with --resume to answer the rest).
     Infer(InferConfig),
+    /// Compile every stage of every model of a repository into the compile cache, ahead of
+    /// time (a deploy or a container image bakes it), so that no load has to compile:
+    /// `serve --cache-dir` with the same folder then reads them back in milliseconds.
+    /// Exits non-zero when a stage does not compile.
+    Compile(CompileConfig),
     /// Scaffold a plugin project in a new folder NAME: the stage's sources, a build.sh, a
     /// model folder (models/NAME) that serves once built, and a README with the commands.
     New(NewConfig),
@@ -252,6 +258,29 @@ pub struct CheckConfig {
     pub onnxruntime: OnnxRuntimeArgs,
 }
 
+/// Settings of `tensorplug compile`.
+#[derive(Clone, Debug, Args)]
+pub struct CompileConfig {
+    /// The model repository whose stages to compile.
+    #[arg(env = "TENSORPLUG_REPOSITORY", default_value = "models")]
+    pub repository: PathBuf,
+
+    /// Folder of the compile cache to fill: the one `serve --cache-dir` reads (default:
+    /// $XDG_CACHE_HOME/tensorplug or ~/.cache/tensorplug).
+    #[arg(long, env = "TENSORPLUG_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl CompileConfig {
+    /// The cache to fill, as `serve` resolves it.
+    pub fn cache(&self) -> CacheArgs {
+        CacheArgs {
+            cache_dir: self.cache_dir.clone(),
+            no_cache: false,
+        }
+    }
+}
+
 /// ONNX Runtime for the graphs that ask for it (`backend = "onnxruntime"` in `[graphs]`).
 #[derive(Clone, Debug, Default, Args)]
 pub struct OnnxRuntimeArgs {
@@ -434,6 +463,32 @@ pub struct ServeConfig {
     #[arg(long, env = "TENSORPLUG_WATCH_DEBOUNCE_MS", default_value_t = 200)]
     pub watch_debounce_ms: u64,
 
+    /// Which models stay resident: `resident` loads every model at start and keeps it;
+    /// `on-demand` indexes the repository at start (ready once indexed), loads each model
+    /// on its first request, and sends idle and least recently used models back to
+    /// standby. A model.toml's `[residency] pinned = true` keeps that model resident.
+    #[arg(long, env = "TENSORPLUG_RESIDENCY", value_enum, default_value_t = ResidencyMode::Resident)]
+    pub residency: ResidencyMode,
+
+    /// With `--residency on-demand`: the memory resident models may hold together,
+    /// measured (their instances' memories and tables, their share of compiled code,
+    /// their graphs); the least recently used go back to standby to make room. No bound
+    /// when not given.
+    #[arg(long, env = "TENSORPLUG_MEMORY_BUDGET_MIB",
+          value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    pub memory_budget_mib: Option<u64>,
+
+    /// With `--residency on-demand`: a model used (or loaded) within this many seconds
+    /// is not evicted to make room; a load waits for room instead (within its request's
+    /// deadline, then 503).
+    #[arg(long, env = "TENSORPLUG_MIN_RESIDENCY_SECS", default_value_t = 5)]
+    pub min_residency_secs: u64,
+
+    /// With `--residency on-demand`: a model idle this many seconds goes back to standby,
+    /// its instances freed (0: never).
+    #[arg(long, env = "TENSORPLUG_IDLE_UNLOAD_SECS", default_value_t = 300)]
+    pub idle_unload_secs: u64,
+
     #[command(flatten)]
     pub cache: CacheArgs,
 
@@ -471,6 +526,10 @@ impl ServeConfig {
             repository_api: RepositoryApi::On,
             admin_token: None,
             watch_debounce_ms: 100,
+            residency: ResidencyMode::Resident,
+            memory_budget_mib: None,
+            min_residency_secs: 5,
+            idle_unload_secs: 300,
             cache: CacheArgs {
                 cache_dir: None,
                 no_cache: true,
@@ -479,6 +538,21 @@ impl ServeConfig {
             onnxruntime: OnnxRuntimeArgs::default(),
             nats: NatsArgs::default(),
         }
+    }
+
+    /// How the repository keeps models resident; the residency settings only mean
+    /// something on demand, so giving them otherwise is refused.
+    pub fn residency_policy(&self) -> Result<ResidencyPolicy, String> {
+        let on_demand = self.residency == ResidencyMode::OnDemand;
+        if !on_demand && self.memory_budget_mib.is_some() {
+            return Err("--memory-budget-mib needs --residency on-demand (resident models are never evicted)".into());
+        }
+        Ok(ResidencyPolicy {
+            mode: self.residency,
+            budget_bytes: self.memory_budget_mib.map(|mib| mib << 20),
+            min_residency: Duration::from_secs(self.min_residency_secs),
+            idle_unload: (on_demand && self.idle_unload_secs > 0).then(|| Duration::from_secs(self.idle_unload_secs)),
+        })
     }
 
     pub fn shutdown_grace(&self) -> Duration {

@@ -33,7 +33,7 @@ use crate::http::{router, AppState};
 use crate::nats::metrics::NatsMetrics;
 use crate::nats::NatsEdge;
 use crate::runtime::Runtime;
-use crate::serving::{self, watch, Repository};
+use crate::serving::{self, residency, watch, Repository};
 
 /// Serves `config.repository` on `listener` (REST) and on `config.grpc_port` (gRPC, unless
 /// off; port 0 is any free one) until `shutdown` resolves.
@@ -76,20 +76,52 @@ pub async fn run_with_grpc(
         settings.validate().map_err(anyhow::Error::msg)?;
         edges.push(&crate::nats::NATS_EDGE);
     }
-    let repository = Arc::new(Repository::new(&config.repository, runtime, metrics_on).served_by(edges));
-    let initial = match config.model_control {
-        ModelControl::Poll | ModelControl::None => repository
-            .model_folders()
-            .with_context(|| format!("reading the model repository {}", config.repository.display()))?,
-        ModelControl::Explicit => config.load_models.clone(),
-    };
-    // The server listens (live, not ready) while the models load, side by side.
-    repository.expect(&initial);
+    let policy = config.residency_policy().map_err(anyhow::Error::msg)?;
+    let repository = Arc::new(
+        Repository::new(&config.repository, runtime, metrics_on)
+            .served_by(edges)
+            .with_residency(policy),
+    );
     let mut initial_loads = tokio::task::JoinSet::new();
-    for name in initial {
-        let repository = repository.clone();
-        // A failure is logged and shown in the index; the other models still serve.
-        initial_loads.spawn(async move { repository.load(&name).await.map(drop) });
+    if policy.on_demand() {
+        // Indexed in the background (live, not ready until done); then the pinned models
+        // (and explicit mode's --load-model ones) load; the rest wait for a request.
+        repository.begin_indexing();
+        let (indexing, explicit) = (repository.clone(), config.load_models.clone());
+        initial_loads.spawn(async move {
+            let pinned = match indexing.index_all().await {
+                Ok(pinned) => pinned,
+                Err(error) => {
+                    tracing::error!("indexing the model repository failed: {error}");
+                    return;
+                }
+            };
+            let mut resident = tokio::task::JoinSet::new();
+            for name in pinned.into_iter().chain(explicit) {
+                let repository = indexing.clone();
+                resident.spawn(async move {
+                    let _ = repository.load(&name, residency::STARTUP).await;
+                });
+            }
+            resident.join_all().await;
+        });
+        repository.keep_residency();
+    } else {
+        let initial = match config.model_control {
+            ModelControl::Poll | ModelControl::None => repository
+                .model_folders()
+                .with_context(|| format!("reading the model repository {}", config.repository.display()))?,
+            ModelControl::Explicit => config.load_models.clone(),
+        };
+        // The server listens (live, not ready) while the models load, side by side.
+        repository.expect(&initial);
+        for name in initial {
+            let repository = repository.clone();
+            // A failure is logged and shown in the index; the other models still serve.
+            initial_loads.spawn(async move {
+                let _ = repository.load(&name, residency::STARTUP).await;
+            });
+        }
     }
     let model_watch = match config.model_control {
         ModelControl::Poll => Some(

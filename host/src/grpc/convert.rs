@@ -23,6 +23,6 @@ pub fn response(model: &Model, id: Option<String>, outputs: Vec<Tensor>) -> Mode
 }
 
 /// A model's metadata, as every edge reports it ([`crate::api::model_metadata`]).
-pub fn metadata(model: &Model) -> ModelMetadataResponse {
+pub fn metadata(model: &crate::api::Found) -> ModelMetadataResponse {
     write_metadata(crate::api::model_metadata(model))
 }

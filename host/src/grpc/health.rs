@@ -62,7 +62,12 @@ impl Health {
             let mut now: HashMap<String, ServingStatus> = repository
                 .index()
                 .into_iter()
-                .map(|(name, entry)| (name, serving(!draining && entry.status.state() == ModelState::Ready)))
+                .map(|(name, entry)| {
+                    (
+                        name,
+                        serving(!draining && matches!(entry.status.state(), ModelState::Ready | ModelState::Standby)),
+                    )
+                })
                 .collect();
             // A model that has gone (its folder removed) is no longer served.
             let known = self.reported_names();

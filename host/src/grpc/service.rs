@@ -89,7 +89,7 @@ async fn answer(call: &InferCall, message: ModelInferRequest) -> (u16, Result<Mo
     match call.run(request).await {
         Err(error) => (error.status(), Err(status_of(&error))),
         Ok(inferred) => match inferred.answer {
-            Answer::Success(outputs) => (200, Ok(convert::response(call.model(), inferred.id, outputs))),
+            Answer::Success(outputs) => (200, Ok(convert::response(&inferred.model, inferred.id, outputs))),
             Answer::Failure(error) => (error.status, Err(item_status(&error))),
             Answer::MultiStatus(outcomes) => (super::status::worst_status(&outcomes), Err(multi_status(&outcomes))),
         },
@@ -208,7 +208,7 @@ impl GrpcInferenceService for Inference {
         request: Request<ModelMetadataRequest>,
     ) -> Result<Response<ModelMetadataResponse>, Status> {
         let request = request.into_inner();
-        let result = api::find_model(&self.repository, &request.name, version(&request.version))
+        let result = api::find(&self.repository, &request.name, version(&request.version))
             .map(|model| convert::metadata(&model))
             .map_err(|e| status_of(&e));
         self.counted("ModelMetadata", result)
@@ -323,13 +323,14 @@ impl Inference {
         self.access.check_read(token).map_err(|e| status_of(&e))?;
         let models = repository::index(&self.repository)
             .into_iter()
-            .filter(|row| !ready_only || row.state == ModelState::Ready)
+            .filter(|row| !ready_only || matches!(row.state, ModelState::Ready | ModelState::Standby))
             .map(|row| ModelIndex {
                 name: row.name,
                 version: row.version.unwrap_or_default(),
                 state: match row.state {
                     ModelState::Ready => "READY",
                     ModelState::Loading => "LOADING",
+                    ModelState::Standby => "STANDBY",
                     ModelState::Unavailable => "UNAVAILABLE",
                 }
                 .into(),

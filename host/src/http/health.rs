@@ -44,7 +44,7 @@ pub struct ModelPath {
 }
 
 pub async fn model_metadata(State(state): State<Arc<AppState>>, Path(path): Path<ModelPath>) -> Response {
-    match find_model(&state.repository, &path.model, path.version.as_deref()) {
+    match api::find(&state.repository, &path.model, path.version.as_deref()) {
         Ok(model) => Json(api::model_metadata(&model)).into_response(),
         Err(e) => e.into_response(),
     }

@@ -64,8 +64,9 @@ async fn answer(state: &AppState, call: &InferCall, headers: &HeaderMap, body: B
         }
     };
     let inferred = call.run(request).await?;
-    match EncodedAnswer::inferred_offloaded(call.model(), inferred).await {
-        Ok(encoded) => Ok(response(call.model(), encoded)),
+    let model = inferred.model.clone();
+    match EncodedAnswer::inferred_offloaded(inferred).await {
+        Ok(encoded) => Ok(response(&model, encoded)),
         Err(error) => {
             call.failed(error.status(), &error);
             Err(error.into())

@@ -20,14 +20,15 @@ use super::metrics::Route;
 use super::response;
 use super::status::http_status;
 use super::AppState;
-use crate::api::{InferCall, Inferred, ServeError};
+use crate::api::{InferCall, ServeError};
+use crate::model::config::ModelConfig;
 use crate::model::openai::OpenAiEmbeddings;
 use crate::model::outcome::ItemError;
 use crate::model::tensor::{push_bytes_element, DataType, Tensor};
 use crate::protocol::openai::{decode_embeddings, encode_embeddings, encode_error, encode_model, encode_models};
 use crate::protocol::{clip, InferRequest, Parameters, RequestedOutput};
 use crate::serving::items::Answer;
-use crate::serving::{EdgeLabel, Model};
+use crate::serving::{EdgeLabel, ModelStatus};
 
 /// Requests through OpenAI's routes, counted by their HTTP status.
 pub static OPENAI_EDGE: EdgeLabel = EdgeLabel {
@@ -128,7 +129,7 @@ async fn answer(
         call.failed(failure.status, &failure.message);
         failure
     };
-    let model = call.model();
+    let model = call.config();
     let route = route_of(model).map_err(logged)?;
     let dimension = vector_size(model, &route);
     if let (Some(asked), Some(dimension)) = (request.dimensions, dimension) {
@@ -139,7 +140,7 @@ async fn answer(
                     400,
                     format!(
                         "model '{}' answers vectors of {dimension} dimensions, not {asked}",
-                        model.config.name
+                        model.name
                     ),
                 )
             }));
@@ -147,7 +148,7 @@ async fn answer(
     }
     let texts = request.texts.len();
     let inferred = call.run(infer_request(&route, request.texts)).await?;
-    let outputs = outputs_of(inferred)?;
+    let outputs = outputs_of(inferred.answer)?;
     let vectors = outputs
         .iter()
         .find(|t| t.name == route.output)
@@ -174,27 +175,27 @@ async fn answer(
             .unwrap_or(0),
         None => 0,
     };
-    let body = encode_embeddings(&model.config.name, &vectors.data, dimension, request.encoding, tokens);
+    let body = encode_embeddings(&model.name, &vectors.data, dimension, request.encoding, tokens);
     Ok(response::json(StatusCode::OK, body))
 }
 
 /// The model's embeddings route, or why it has none.
-fn route_of(model: &Model) -> Result<OpenAiEmbeddings, OpenAiFailure> {
-    model.config.openai_embeddings.clone().ok_or_else(|| OpenAiFailure {
+fn route_of(model: &ModelConfig) -> Result<OpenAiEmbeddings, OpenAiFailure> {
+    model.openai_embeddings.clone().ok_or_else(|| OpenAiFailure {
         param: Some("model"),
         ..OpenAiFailure::new(
             400,
             format!(
                 "model '{}' is not served on /v1/embeddings (its model.toml declares no [openai.embeddings])",
-                clip(&model.config.name)
+                clip(&model.name)
             ),
         )
     })
 }
 
 /// The vector size the model declares, if fixed.
-fn vector_size(model: &Model, route: &OpenAiEmbeddings) -> Option<usize> {
-    let spec = model.config.outputs.iter().find(|s| s.name == route.output)?;
+fn vector_size(model: &ModelConfig, route: &OpenAiEmbeddings) -> Option<usize> {
+    let spec = model.outputs.iter().find(|s| s.name == route.output)?;
     match spec.shapes.as_slice() {
         [shape] => match shape.as_slice() {
             [d] if *d > 0 => Some(*d as usize),
@@ -231,12 +232,12 @@ fn infer_request(route: &OpenAiEmbeddings, texts: Vec<String>) -> InferRequest {
 
 /// The outputs of an answer in which every item succeeded; else the first failed item's
 /// status, its message naming its index.
-fn outputs_of(inferred: Inferred) -> Result<Vec<Tensor>, OpenAiFailure> {
+fn outputs_of(answer: Answer) -> Result<Vec<Tensor>, OpenAiFailure> {
     let failed = |index: usize, error: ItemError| OpenAiFailure {
         param: Some("input"),
         ..OpenAiFailure::new(error.status, format!("input[{index}]: {}", error.message))
     };
-    match inferred.answer {
+    match answer {
         Answer::Success(outputs) => Ok(outputs),
         Answer::Failure(error) => Err(failed(0, error)),
         Answer::MultiStatus(outcomes) => {
@@ -252,22 +253,26 @@ fn outputs_of(inferred: Inferred) -> Result<Vec<Tensor>, OpenAiFailure> {
 
 /// `GET /v1/models`: the models served on OpenAI's routes, ready now.
 pub async fn models(State(state): State<Arc<AppState>>) -> Response {
-    let served: Vec<Arc<Model>> = state
+    let served: Vec<String> = state
         .repository
         .index()
         .into_iter()
-        .filter_map(|(_, entry)| entry.status.model().cloned())
-        .filter(|model| model.config.openai_embeddings.is_some())
+        .filter(|(_, entry)| match &entry.status {
+            ModelStatus::Ready { model, .. } => model.config.openai_embeddings.is_some(),
+            ModelStatus::Standby(standby) => standby.config.openai_embeddings.is_some(),
+            _ => false,
+        })
+        .map(|(name, _)| name)
         .collect();
-    let names: Vec<&str> = served.iter().map(|m| m.config.name.as_str()).collect();
+    let names: Vec<&str> = served.iter().map(String::as_str).collect();
     response::json(StatusCode::OK, encode_models(&names))
 }
 
 /// `GET /v1/models/{model}`.
 pub async fn model(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
-    match state.repository.get(&name) {
-        Some(model) if model.config.openai_embeddings.is_some() => {
-            response::json(StatusCode::OK, encode_model(&model.config.name))
+    match crate::api::find(&state.repository, &name, None) {
+        Ok(model) if model.config().openai_embeddings.is_some() => {
+            response::json(StatusCode::OK, encode_model(&model.config().name))
         }
         _ => OpenAiFailure {
             param: Some("model"),
@@ -280,15 +285,6 @@ pub async fn model(State(state): State<Arc<AppState>>, Path(name): Path<String>)
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn inferred(answer: Answer) -> Inferred {
-        Inferred {
-            answer,
-            id: None,
-            options: Default::default(),
-            output_bytes: 0,
-        }
-    }
 
     #[test]
     fn a_failed_item_fails_the_request_naming_its_index() {
@@ -306,12 +302,12 @@ mod tests {
             Err(ItemError::new(422, "text is 300 tokens long")),
             Err(ItemError::trap("boom")),
         ]);
-        let failure = outputs_of(inferred(several)).unwrap_err();
+        let failure = outputs_of(several).unwrap_err();
         assert_eq!((failure.status, failure.param), (422, Some("input")));
         assert_eq!(failure.message, "input[2]: text is 300 tokens long");
-        let lone = outputs_of(inferred(Answer::Failure(ItemError::new(400, "not UTF-8")))).unwrap_err();
+        let lone = outputs_of(Answer::Failure(ItemError::new(400, "not UTF-8"))).unwrap_err();
         assert_eq!((lone.status, lone.message.as_str()), (400, "input[0]: not UTF-8"));
-        assert_eq!(outputs_of(inferred(Answer::Success(vectors()))).unwrap(), vectors());
+        assert_eq!(outputs_of(Answer::Success(vectors())).unwrap(), vectors());
     }
 
     #[test]

@@ -96,6 +96,9 @@ pub struct ModelConfig {
     /// plain relative paths without `..`; that they stay inside the folder once symlinks
     /// are resolved is checked when they are read (see [`graph_path_inside`]).
     pub graphs: Vec<GraphSpec>,
+    /// `[residency] pinned`: resident from the start and never evicted, even when the
+    /// server loads models on demand.
+    pub pinned: bool,
 }
 
 /// One graph of `[graphs]`: `name = "file.onnx"` (run by tract), or
@@ -177,6 +180,15 @@ struct RawModel {
     #[serde(default)]
     request_parameters: BTreeMap<String, RawRequestParameter>,
     openai: Option<RawOpenAi>,
+    #[serde(default)]
+    residency: RawResidency,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawResidency {
+    #[serde(default)]
+    pinned: bool,
 }
 
 #[derive(Deserialize)]
@@ -525,6 +537,7 @@ impl ModelConfig {
             request_parameters,
             openai_embeddings,
             graphs,
+            pinned: raw.residency.pinned,
         })
     }
 

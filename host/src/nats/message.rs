@@ -229,7 +229,7 @@ async fn answer(shared: &Shared, envelope: &mut Envelope, headers: &HeaderMap, p
             }
         }
     };
-    let version = Some(call.model().config.version.clone());
+    let mut version = None;
     let answer = match read(shared, envelope, headers, payload)
         .instrument(call.span().clone())
         .await
@@ -243,13 +243,16 @@ async fn answer(shared: &Shared, envelope: &mut Envelope, headers: &HeaderMap, p
                 envelope.request_id = clip_id(id);
             }
             match call.run(request).await {
-                Ok(inferred) => match EncodedAnswer::inferred_offloaded(call.model(), inferred).await {
-                    Ok(answer) => answer,
-                    Err(error) => {
-                        call.failed(error.status(), &error);
-                        EncodedAnswer::failed(&error)
+                Ok(inferred) => {
+                    version = Some(inferred.model.config.version.clone());
+                    match EncodedAnswer::inferred_offloaded(inferred).await {
+                        Ok(answer) => answer,
+                        Err(error) => {
+                            call.failed(error.status(), &error);
+                            EncodedAnswer::failed(&error)
+                        }
                     }
-                },
+                }
                 Err(error) => EncodedAnswer::failed(&error),
             }
         }

@@ -102,6 +102,14 @@ pub fn compile(
     Ok((component, report))
 }
 
+/// Compiles the stage file `file` as a load would (read, wrapped if a core module,
+/// compiled within `timeout`), for the compile cache to keep: what `tensorplug compile`
+/// does ahead of time. Nothing is instantiated.
+pub fn precompile(runtime: &Runtime, file: &std::path::Path, timeout: Duration) -> Result<CompileReport, String> {
+    let bytes = read_plugin(file)?;
+    compile(runtime, bytes, timeout).map(|(_, report)| report)
+}
+
 fn compile_afresh(
     runtime: &Runtime,
     bytes: Vec<u8>,

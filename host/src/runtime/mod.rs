@@ -12,6 +12,7 @@ mod convert;
 mod deadline;
 pub use deadline::{on_this_runtime_thread, EPOCH_TICK};
 mod engine;
+mod memory;
 pub mod nn;
 mod output;
 pub mod plugin_metrics;
@@ -21,7 +22,7 @@ mod store;
 mod wasi_files;
 mod wit_version;
 
-pub use compile::{CompileReport, CompileSource};
+pub use compile::{precompile, CompileReport, CompileSource};
 pub use engine::Runtime;
 pub use shared::ModelShared;
 pub use stage::{Prediction, StageInstance, StageTemplate, Trapped};

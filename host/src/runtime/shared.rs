@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use super::compile::CompileReport;
+use super::memory::{CodeShare, InstanceMemory};
 use super::nn::ModelGraphs;
 use super::plugin_metrics::PluginMetrics;
 
@@ -33,6 +34,10 @@ pub struct ModelShared {
     pub graphs: ModelGraphs,
     /// Each stage's compile, by stage name in pipeline order; set once they all compiled.
     pub compiles: OnceLock<Vec<(&'static str, CompileReport)>>,
+    /// Its instances' linear memories and tables, kept current by their stores.
+    pub memory: InstanceMemory,
+    /// The compiled components its stages run from.
+    pub code: CodeShare,
 }
 
 /// A later `init` declared other metadata than the first one of its stage: what differs.
@@ -116,6 +121,14 @@ impl ModelShared {
             .collect();
         self.metadata_changes_ignored.fetch_add(1, Ordering::Relaxed);
         Err(MetadataChange { keys })
+    }
+
+    /// What the version holds in memory, measured: its instances' linear memories and
+    /// tables, its share of its stages' compiled code, and its graphs.
+    pub fn held_bytes(&self) -> u64 {
+        (self.memory.bytes() as u64)
+            .saturating_add(self.code.bytes() as u64)
+            .saturating_add(self.graphs.bytes())
     }
 
     /// How many later inits declared other metadata than their stage's first.

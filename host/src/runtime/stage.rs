@@ -121,6 +121,7 @@ impl StageTemplate {
             super::compile::compile(runtime, bytes, limits.compile_timeout).map_err(load_error)?;
         // Before linking: a version this host does not know would fail there, less clearly.
         let wit_version = WitVersion::of_component(&component, runtime.engine()).map_err(load_error)?;
+        tag.shared.code.add(&component);
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(|e| {
             load_error(format!(
                 "cannot link (imports something the sandbox does not offer?): {e:#}"

@@ -16,6 +16,7 @@ use wasmtime::{Engine, Store};
 use wasmtime_wasi::{FsPerms, ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{log, metadata, metrics};
+use super::memory::{StoreMemory, TABLE_ELEMENT_BYTES};
 use super::output::CapturedOutput;
 use super::plugin_metrics::Update;
 use super::shared::{Declared, ModelShared};
@@ -77,6 +78,8 @@ struct InstanceLimits {
     memory_refused: bool,
     table_cap: usize,
     table_used: usize,
+    /// This store's part of what its model version is measured to hold.
+    account: StoreMemory,
 }
 
 impl wasmtime::ResourceLimiter for InstanceLimits {
@@ -87,6 +90,7 @@ impl wasmtime::ResourceLimiter for InstanceLimits {
             return Ok(false);
         }
         self.memory_used = total;
+        self.account.resized(current, desired);
         Ok(true)
     }
 
@@ -96,6 +100,8 @@ impl wasmtime::ResourceLimiter for InstanceLimits {
             return Ok(false);
         }
         self.table_used = total;
+        self.account
+            .resized(current * TABLE_ELEMENT_BYTES, desired * TABLE_ELEMENT_BYTES);
         Ok(true)
     }
 
@@ -330,6 +336,7 @@ pub fn new_store(
             memory_refused: false,
             table_cap: limits.table_elements,
             table_used: 0,
+            account: StoreMemory::new(tag.shared.clone()),
         },
         output,
         tag,

@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 
 use super::histogram::AtomicHistogram;
 use super::stats::{Histograms, ModelStats, StatsSnapshot};
-use super::{Model, Repository};
+use super::{Model, ModelState, Repository};
 use crate::model::openmetrics::{Escaped, EscapedLabels};
 use crate::model::StageKind;
 use crate::runtime::plugin_metrics::page::PREFIX;
@@ -30,6 +30,32 @@ pub fn register(registry: &mut Registry, repository: &Arc<Repository>) {
         "tensorplug_model_loads",
         "Model loads (no version was serving) and reloads (one was), by outcome",
         repository.loads.clone(),
+    );
+    let residency = &repository.residency;
+    registry.register(
+        "tensorplug_residency_loads",
+        "Model loads by what made them (startup, request: its first request on demand, api, reload), whether a stage had to compile, and outcome",
+        residency.loads.clone(),
+    );
+    registry.register(
+        "tensorplug_residency_evictions",
+        "Models sent back to standby, by cause (budget: room for another model; idle: unused past --idle-unload-secs; api: unloaded)",
+        residency.evictions.clone(),
+    );
+    registry.register(
+        "tensorplug_residency_budget_waits",
+        "On-demand loads that had to wait for room under the memory budget",
+        residency.budget_waits.clone(),
+    );
+    registry.register(
+        "tensorplug_residency_unavailable",
+        "Requests answered 503 because their model could not be made resident within their deadline",
+        residency.unavailable.clone(),
+    );
+    registry.register(
+        "tensorplug_cold_start_seconds",
+        "Requests that found their model on standby: arrival to answer (total), split into waiting (for room or the model's turn), loading and serving",
+        residency.cold_starts.clone(),
     );
     registry.register_collector(Box::new(ModelsCollector {
         repository: repository.clone(),
@@ -211,7 +237,12 @@ impl Collector for ModelsCollector {
             }
         }
 
-        let gauges: [GaugeFamily; 4] = [
+        let gauges: [GaugeFamily; 5] = [
+            (
+                "tensorplug_model_memory_bytes",
+                "What the model version holds, measured: its instances' linear memories and tables, its share of its stages' compiled code, its graphs (what the memory budget counts)",
+                |model, _| i64::try_from(model.held_bytes()).unwrap_or(i64::MAX),
+            ),
             (
                 "tensorplug_queue_depth",
                 "Items waiting in the model's queue",
@@ -283,9 +314,52 @@ impl Collector for ModelsCollector {
             MetricType::Gauge,
         )?;
         let draining = self.repository.is_draining();
-        for (name, entry) in &index {
+        // Models on standby have no series: a node may know thousands (`tensorplug_models`
+        // counts them).
+        for (name, entry) in index.iter().filter(|(_, e)| e.status.state() != ModelState::Standby) {
             let ready = i64::from(!draining && entry.status.model().is_some());
             ConstGauge::new(ready).encode(metric.encode_family(&[("model", Escaped(name.as_str()))])?)?;
+        }
+
+        let mut metric = encoder.encode_descriptor(
+            "tensorplug_models",
+            "Models the repository knows, by state (ready: resident; standby: indexed, loaded by its next request; loading; unavailable: failed or unloaded)",
+            None,
+            MetricType::Gauge,
+        )?;
+        let mut states: BTreeMap<&'static str, i64> = ["ready", "standby", "loading", "unavailable"]
+            .into_iter()
+            .map(|state| (state, 0))
+            .collect();
+        for (_, entry) in &index {
+            let state = match entry.status.state() {
+                ModelState::Ready => "ready",
+                ModelState::Standby => "standby",
+                ModelState::Loading => "loading",
+                ModelState::Unavailable => "unavailable",
+            };
+            *states.entry(state).or_default() += 1;
+        }
+        for (state, count) in states {
+            ConstGauge::new(count).encode(metric.encode_family(&[("state", state)])?)?;
+        }
+
+        let metric = encoder.encode_descriptor(
+            "tensorplug_resident_memory_bytes",
+            "What the resident models hold together, measured (the sum of tensorplug_model_memory_bytes)",
+            None,
+            MetricType::Gauge,
+        )?;
+        let resident: u64 = models.iter().map(|(_, model)| model.held_bytes()).sum();
+        ConstGauge::new(i64::try_from(resident).unwrap_or(i64::MAX)).encode(metric)?;
+        if let Some(budget) = self.repository.policy().budget_bytes {
+            let metric = encoder.encode_descriptor(
+                "tensorplug_memory_budget_bytes",
+                "What resident models may hold together (--memory-budget-mib)",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(i64::try_from(budget).unwrap_or(i64::MAX)).encode(metric)?;
         }
 
         let metric = encoder.encode_descriptor(

@@ -11,7 +11,9 @@ mod instances;
 pub mod items;
 pub mod metrics;
 mod model;
+mod on_demand;
 mod repository;
+pub mod residency;
 mod stats;
 mod watch;
 
@@ -19,5 +21,6 @@ pub use batcher::SubmitError;
 pub use instances::Completion;
 pub use model::{Model, StartError};
 pub use repository::{Entry, ModelState, ModelStatus, Repository, RepositoryError};
+pub use residency::{LoadProgress, ResidencyMode, ResidencyPolicy, Standby};
 pub use stats::{EdgeLabel, ModelStats, StatsSnapshot};
 pub use watch::{watch, RepositoryWatch};

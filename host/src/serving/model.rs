@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::batcher::{BatchPolicy, BatcherHandle, SubmitError};
 use super::idle::{IdleModel, IdlePath};
 use super::instances::{spawn_workers, Completion, InstancePool};
+use super::residency::LastUse;
 use super::stats::{EdgeLabel, ModelStats};
 use crate::model::config::ModelConfig;
 use crate::model::outcome::{ItemError, ItemOutcome};
@@ -32,6 +33,12 @@ pub struct Model {
     pub stats: Arc<ModelStats>,
     /// The metrics and metadata its plugins declared.
     pub shared: Arc<ModelShared>,
+    /// Its latest request's arrival (or its start): what least-recently-used eviction
+    /// and the idle unload go by.
+    pub last_used: LastUse,
+    /// What it held once started, measured: what its next load makes room for, once it
+    /// is evicted.
+    pub loaded_bytes: u64,
     batcher: BatcherHandle,
     idle: IdlePath,
     completion: Completion,
@@ -77,10 +84,13 @@ impl Model {
             longest_run: config.limits.stage_timeout * u32::try_from(config.stages.len()).unwrap_or(u32::MAX),
             instances: count,
         });
+        let loaded_bytes = shared.held_bytes();
         Ok(Self {
             config,
             stats,
             shared,
+            last_used: LastUse::now(),
+            loaded_bytes,
             batcher,
             idle,
             completion,
@@ -111,6 +121,11 @@ impl Model {
             outcomes.push(outcome);
         }
         Ok(outcomes)
+    }
+
+    /// What this version holds in memory, measured (instances, its share of code, graphs).
+    pub fn held_bytes(&self) -> u64 {
+        self.shared.held_bytes()
     }
 
     /// Items waiting in this version's queue now.

@@ -1,10 +1,15 @@
 //! The model repository: a folder of model folders, and the live version of each.
 //!
-//! The map from names to models sits behind an `ArcSwap`: readers (every request) take a
-//! snapshot without locking, and a (re)load swaps in a new map atomically once the new
-//! version is fully ready. Requests that already hold an `Arc<Model>` finish on the
-//! version they started on; the old version's instances go away when the last of them
-//! lets go. A version that fails to load leaves the previous one serving.
+//! The map from names to models sits behind an `ArcSwap`, and each model's entry behind
+//! one of its own: readers (every request) take a snapshot without locking, a (re)load
+//! swaps in the model's new entry atomically once the new version is fully ready, and
+//! only adding or forgetting a name copies the map (a node may know ten thousand).
+//! Requests that already hold an `Arc<Model>` finish on the version they started on; the
+//! old version's instances go away when the last of them lets go. A version that fails
+//! to load leaves the previous one serving.
+//!
+//! Under on-demand residency (`super::residency`) models start on standby, indexed but
+//! not loaded; `super::on_demand` loads them on their first request and sends them back.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,8 +22,12 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use super::model::{Model, StartError};
+use super::residency::{
+    LoadLabels as ResidencyLoadLabels, LoadTrigger, OnDemandLoad, Reservations, ResidencyMetrics, ResidencyPolicy,
+    Standby, API, RELOAD, UNLOADED,
+};
 use super::stats::EdgeLabel;
-use crate::model::config::{is_valid_model_name, MODEL_FILE};
+use crate::model::config::{is_valid_model_name, ModelConfig, MODEL_FILE};
 use crate::model::openmetrics::Escaped;
 use crate::pipeline::LoadedModel;
 use crate::runtime::{CompileSource, ModelShared, Runtime, RuntimeError};
@@ -29,6 +38,8 @@ use crate::runtime::{CompileSource, ModelShared, Runtime, RuntimeError};
 pub enum ModelState {
     Ready,
     Loading,
+    /// Known and servable, nothing loaded: its first request loads it.
+    Standby,
     Unavailable,
 }
 
@@ -48,6 +59,9 @@ pub enum ModelStatus {
     Failed { reason: String },
     /// Taken out of service on request; does not count against readiness.
     Unloaded,
+    /// Indexed and servable, nothing loaded (on-demand residency): its next request
+    /// loads it.
+    Standby(Arc<Standby>),
 }
 
 impl ModelStatus {
@@ -64,6 +78,7 @@ impl ModelStatus {
         match self {
             ModelStatus::Ready { .. } => ModelState::Ready,
             ModelStatus::Loading => ModelState::Loading,
+            ModelStatus::Standby(_) => ModelState::Standby,
             ModelStatus::Failed { .. } | ModelStatus::Unloaded => ModelState::Unavailable,
         }
     }
@@ -74,14 +89,17 @@ impl ModelStatus {
             ModelStatus::Ready { last_error, .. } => last_error.as_deref(),
             ModelStatus::Failed { reason } => Some(reason),
             ModelStatus::Unloaded => Some("unloaded"),
-            ModelStatus::Loading => None,
+            ModelStatus::Loading | ModelStatus::Standby(_) => None,
         }
     }
 
-    /// Whether the server can call itself ready as far as this model goes: it serves,
-    /// or it was unloaded on purpose.
+    /// Whether the server can call itself ready as far as this model goes: it serves (or
+    /// will, on its first request), or it was unloaded on purpose.
     pub fn counts_as_ready(&self) -> bool {
-        matches!(self, ModelStatus::Ready { .. } | ModelStatus::Unloaded)
+        matches!(
+            self,
+            ModelStatus::Ready { .. } | ModelStatus::Unloaded | ModelStatus::Standby(_)
+        )
     }
 }
 
@@ -89,13 +107,54 @@ impl ModelStatus {
 #[derive(Clone)]
 pub struct Entry {
     pub status: ModelStatus,
-    /// The folder's contents at the last load attempt, to skip reloads that would load
-    /// the same files again (a file system reports one change as several events).
+    /// The folder's contents at the last load attempt (or indexing), to skip reloads that
+    /// would load the same files again (a file system reports one change as several
+    /// events).
     attempted: Option<Fingerprint>,
+    /// Loaded through the repository API: resident until unloaded, never evicted.
+    pinned_by_api: bool,
+}
+
+impl Entry {
+    pub(super) fn new(status: ModelStatus, attempted: Option<Fingerprint>) -> Self {
+        Self {
+            status,
+            attempted,
+            pinned_by_api: false,
+        }
+    }
+
+    /// `entry` (if any) in another state, everything else kept.
+    pub(super) fn with_status(entry: Option<&Entry>, status: ModelStatus) -> Self {
+        match entry {
+            Some(entry) => Self {
+                status,
+                ..entry.clone()
+            },
+            None => Self::new(status, None),
+        }
+    }
+
+    /// Whether the model stays resident whatever the residency policy says: its
+    /// `model.toml` pins it, or the repository API loaded it.
+    pub fn pinned(&self) -> bool {
+        self.pinned_by_api
+            || match &self.status {
+                ModelStatus::Ready { model, .. } => model.config.pinned,
+                ModelStatus::Standby(standby) => standby.config.pinned,
+                _ => false,
+            }
+    }
+}
+
+/// One name's entry, swapped on its own so that a change of one model copies nothing of
+/// the others.
+pub(super) struct Slot {
+    pub(super) entry: ArcSwap<Entry>,
 }
 
 /// Names, sizes and modification times of a model folder's files.
-type Fingerprint = Vec<(std::ffi::OsString, u64, Option<std::time::SystemTime>)>;
+pub(super) type Fingerprint = Vec<(std::ffi::OsString, u64, Option<std::time::SystemTime>)>;
 
 fn fingerprint(dir: &Path) -> Option<Fingerprint> {
     let mut files: Fingerprint = std::fs::read_dir(dir)
@@ -119,7 +178,7 @@ fn holds_model_file(dir: &Path) -> bool {
 }
 
 /// Why a repository operation was refused.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum RepositoryError {
     #[error("'{0}' is not a valid model name (letters, digits, '-', '_', '.'; not starting with '.')")]
     InvalidName(String),
@@ -127,6 +186,13 @@ pub enum RepositoryError {
     NoSuchFolder(String),
     #[error("model '{0}' is not loaded")]
     NotLoaded(String),
+    /// A model whose last load failed, asked for again before its folder changed: it is
+    /// not loaded (nor compiled) again until then.
+    #[error("model '{name}' failed to load and stays unavailable until its folder changes: {reason}")]
+    Broken { name: String, reason: String },
+    /// The model could not be made resident within the request's deadline.
+    #[error("model '{name}' is not resident yet: {why}; retry later")]
+    NotResidentYet { name: String, why: String },
     #[error("loading model '{name}' failed: {source}")]
     Load {
         name: String,
@@ -149,7 +215,7 @@ pub struct LoadLabels {
 pub struct Repository {
     root: PathBuf,
     runtime: Runtime,
-    entries: ArcSwap<BTreeMap<String, Entry>>,
+    pub(super) entries: ArcSwap<BTreeMap<String, Arc<Slot>>>,
     /// Whether models keep latency histograms (metrics on).
     histograms: bool,
     /// The edges that serve the models, counted from each model's start.
@@ -158,6 +224,21 @@ pub struct Repository {
     pub loads: Family<LoadLabels, Counter>,
     /// Set when the server starts to drain: nothing is ready any more.
     draining: std::sync::atomic::AtomicBool,
+    /// Set while the repository is indexed at start (on demand): not ready until done.
+    indexing: std::sync::atomic::AtomicBool,
+    /// Which models stay resident, and what they may hold.
+    pub(super) policy: ResidencyPolicy,
+    /// Loads, evictions, cold starts.
+    pub residency: ResidencyMetrics,
+    /// Room under the budget promised to loads under way.
+    pub(super) reservations: Reservations,
+    /// On-demand loads under way, by model: each resolves with its times once the model
+    /// is resident or failed; every request for the model waits on the same one.
+    pub(super) on_demand: std::sync::Mutex<std::collections::HashMap<String, OnDemandLoad>>,
+    /// Woken when a model goes back to standby or a request ends while loads wait for
+    /// room (`waiting_for_room` of them).
+    pub(super) room: tokio::sync::Notify,
+    pub(super) waiting_for_room: std::sync::atomic::AtomicUsize,
     /// Bumped on every change of a model's state (and at drain), for those who follow
     /// readiness (the gRPC health service) without polling.
     changes: tokio::sync::watch::Sender<u64>,
@@ -184,6 +265,13 @@ impl Repository {
             edges: Vec::new(),
             loads: Family::default(),
             draining: std::sync::atomic::AtomicBool::new(false),
+            indexing: std::sync::atomic::AtomicBool::new(false),
+            policy: ResidencyPolicy::default(),
+            residency: ResidencyMetrics::default(),
+            reservations: Reservations::default(),
+            on_demand: std::sync::Mutex::default(),
+            room: tokio::sync::Notify::new(),
+            waiting_for_room: std::sync::atomic::AtomicUsize::new(0),
             changes: tokio::sync::watch::Sender::new(0),
             model_locks: std::sync::Mutex::new(BTreeMap::new()),
             load_slots: Arc::new(tokio::sync::Semaphore::new(
@@ -199,13 +287,30 @@ impl Repository {
         Self { edges, ..self }
     }
 
+    /// The same, keeping models resident as `policy` says.
+    pub fn with_residency(self, policy: ResidencyPolicy) -> Self {
+        Self { policy, ..self }
+    }
+
+    pub fn policy(&self) -> &ResidencyPolicy {
+        &self.policy
+    }
+
     /// Holds `name` against other changes until dropped.
-    async fn lock_model(&self, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = crate::sync::lock(&self.model_locks)
+    pub(super) async fn lock_model(&self, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        self.model_lock(name).lock_owned().await
+    }
+
+    /// Holds `name` against other changes if no change of it is under way.
+    pub(super) fn try_lock_model(&self, name: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        self.model_lock(name).try_lock_owned().ok()
+    }
+
+    fn model_lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        crate::sync::lock(&self.model_locks)
             .entry(name.to_owned())
             .or_default()
-            .clone();
-        lock.lock_owned().await
+            .clone()
     }
 
     /// Lists `names` as LOADING before their first load starts, so that readiness and
@@ -214,10 +319,7 @@ impl Repository {
         for name in names {
             self.update(name, |entry| match entry {
                 Some(entry) => entry.clone(),
-                None => Entry {
-                    status: ModelStatus::Loading,
-                    attempted: None,
-                },
+                None => Entry::new(ModelStatus::Loading, None),
             });
         }
     }
@@ -253,21 +355,33 @@ impl Repository {
 
     /// (Re)loads one model folder in the background. The previous version keeps serving
     /// until the new one is ready, and stays when the new one fails.
-    pub async fn load(&self, name: &str) -> Result<(), RepositoryError> {
+    pub async fn load(&self, name: &str, trigger: LoadTrigger) -> Result<(), RepositoryError> {
         let dir = self.folder_of(name)?;
         let _this_model = self.lock_model(name).await;
-        self.load_locked(name, dir).await
+        if trigger == API {
+            self.update(name, |entry| Entry {
+                pinned_by_api: true,
+                ..entry.cloned().unwrap_or_else(|| Entry::new(ModelStatus::Loading, None))
+            });
+        }
+        self.load_locked(name, dir, trigger).await
     }
 
     /// [`Self::load`], with the model's lock held by the caller.
-    async fn load_locked(&self, name: &str, dir: PathBuf) -> Result<(), RepositoryError> {
+    pub(super) async fn load_locked(
+        &self,
+        name: &str,
+        dir: PathBuf,
+        trigger: LoadTrigger,
+    ) -> Result<(), RepositoryError> {
         let attempted = fingerprint(&dir);
         self.update(name, |entry| match entry {
-            // A live version keeps serving, and keeps its state, while the next one loads.
-            Some(entry) if entry.status.model().is_some() => entry.clone(),
+            // A live version keeps serving, and keeps its state, while the next one loads;
+            // a model on standby stays servable (its requests wait for this load).
+            Some(entry) if matches!(entry.status, ModelStatus::Ready { .. } | ModelStatus::Standby(_)) => entry.clone(),
             _ => Entry {
                 status: ModelStatus::Loading,
-                attempted: None,
+                ..entry.cloned().unwrap_or_else(|| Entry::new(ModelStatus::Loading, None))
             },
         });
         let runtime = self.runtime.clone();
@@ -289,6 +403,14 @@ impl Repository {
             .map_err(StartError::from)
             .and_then(|loaded| Model::start(loaded, histograms, &self.edges));
         let outcome = if loaded.is_ok() { "ready" } else { "failed" };
+        self.residency
+            .loads
+            .get_or_create(&ResidencyLoadLabels {
+                trigger: trigger.trigger,
+                compiled: loaded.as_ref().map_or("none", |model| compiled_label(&model.shared)),
+                outcome,
+            })
+            .inc();
         self.loads
             .get_or_create(&LoadLabels {
                 model: Escaped(name.to_owned()),
@@ -308,12 +430,13 @@ impl Repository {
                     "model ready"
                 );
                 let model = Arc::new(model);
-                self.update(name, |_| Entry {
+                self.update(name, |entry| Entry {
                     status: ModelStatus::Ready {
                         model: model.clone(),
                         last_error: None,
                     },
                     attempted: attempted.clone(),
+                    pinned_by_api: entry.is_some_and(|e| e.pinned_by_api),
                 });
                 Ok(())
             }
@@ -332,6 +455,7 @@ impl Repository {
                     Entry {
                         status,
                         attempted: attempted.clone(),
+                        pinned_by_api: entry.is_some_and(|e| e.pinned_by_api),
                     }
                 });
                 Err(RepositoryError::Load {
@@ -355,13 +479,26 @@ impl Repository {
             return Err(RepositoryError::InvalidName(name.to_string()));
         }
         let _this_model = self.lock_model(name).await;
-        if self.get(name).is_none() {
+        let Some(model) = self.get(name) else {
             return Err(RepositoryError::NotLoaded(name.to_string()));
+        };
+        if self.policy.on_demand() {
+            // Back to standby: unpinned, and loaded again by its next request.
+            self.update(name, |entry| Entry {
+                status: ModelStatus::Standby(Arc::new(standby_of(&model))),
+                attempted: entry.and_then(|e| e.attempted.clone()),
+                pinned_by_api: false,
+            });
+            self.residency.evictions.get_or_create(&UNLOADED).inc();
+            self.room.notify_waiters();
+            tracing::info!(model = name, "model unloaded: on standby");
+            return Ok(());
         }
         self.update(name, |entry| Entry {
             status: ModelStatus::Unloaded,
             // Kept, so that only a real change of the folder loads it again.
             attempted: entry.and_then(|e| e.attempted.clone()),
+            pinned_by_api: false,
         });
         tracing::info!(model = name, "model unloaded");
         Ok(())
@@ -374,19 +511,26 @@ impl Repository {
         // Waits for a load under way, so that its fingerprint is there to compare with.
         let _this_model = self.lock_model(name).await;
         if holds_model_file(&dir) {
-            let unchanged = self
-                .entries
-                .load()
-                .get(name)
+            let entry = self.entry(name);
+            let unchanged = entry
+                .as_ref()
                 .is_some_and(|e| e.attempted.is_some() && e.attempted == fingerprint(&dir));
-            if unchanged {
+            if unchanged || !is_valid_model_name(name) {
                 return;
+            }
+            // On demand, a model not resident is indexed again (its next request loads
+            // the new files); a resident one reloads, serving on meanwhile.
+            let resident = entry.as_ref().is_some_and(|e| e.status.model().is_some() || e.pinned());
+            if self.policy.on_demand() && !resident {
+                tracing::info!(model = name, "model folder changed; indexing it again");
+                self.index_locked(name, &dir);
+                if !self.entry(name).is_some_and(|e| e.pinned()) {
+                    return;
+                }
             }
             tracing::info!(model = name, "model folder changed; loading it");
             // A failure is logged and shown in the index; the previous version serves on.
-            if is_valid_model_name(name) {
-                let _ = self.load_locked(name, dir).await;
-            }
+            let _ = self.load_locked(name, dir, RELOAD).await;
         } else if self.entries.load().contains_key(name) {
             self.entries.rcu(|entries| {
                 let mut entries = BTreeMap::clone(entries);
@@ -398,6 +542,81 @@ impl Repository {
         }
     }
 
+    /// Indexes `name` (its lock held by the caller): its `model.toml` validated, nothing
+    /// loaded. A model whose configuration is broken is failed with the reason.
+    fn index_locked(&self, name: &str, dir: &Path) {
+        let attempted = fingerprint(dir);
+        let status = indexed(dir);
+        self.update(name, |_| Entry::new(status.clone(), attempted.clone()));
+    }
+
+    /// Says the repository is being indexed: not ready until [`Self::index_all`] is done.
+    pub fn begin_indexing(&self) {
+        self.indexing.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.changed();
+    }
+
+    /// Indexes every model folder under the root (on-demand residency): each on standby,
+    /// or failed with the reason its `model.toml` gives; the server is not ready until
+    /// this returns. Returns the names of the models to load now (pinned).
+    pub async fn index_all(&self) -> std::io::Result<Vec<String>> {
+        self.begin_indexing();
+        let names = self.model_folders()?;
+        let root = self.root.clone();
+        // Parsing ten thousand model.toml files takes a second: on every core, off the
+        // async workers.
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let chunk = names.len().div_ceil(workers).max(1);
+        let mut parts = Vec::new();
+        for part in names.chunks(chunk) {
+            let (part, root) = (part.to_vec(), root.clone());
+            parts.push(tokio::task::spawn_blocking(move || {
+                part.into_iter()
+                    .map(|name| {
+                        let dir = root.join(&name);
+                        let entry = Entry::new(indexed(&dir), fingerprint(&dir));
+                        (name, entry)
+                    })
+                    .collect::<Vec<_>>()
+            }));
+        }
+        let mut indexed_entries = Vec::with_capacity(names.len());
+        for part in parts {
+            indexed_entries.extend(part.await.map_err(std::io::Error::other)?);
+        }
+        let pinned: Vec<String> = indexed_entries
+            .iter()
+            .filter(|(_, entry)| entry.pinned())
+            .map(|(name, _)| name.clone())
+            .collect();
+        let failed = indexed_entries
+            .iter()
+            .filter(|(_, entry)| matches!(entry.status, ModelStatus::Failed { .. }))
+            .count();
+        // One copy of the map for all of them.
+        self.entries.rcu(|entries| {
+            let mut entries = BTreeMap::clone(entries);
+            for (name, entry) in &indexed_entries {
+                let entry = match &entry.status {
+                    // Listed as loading until their load below says otherwise.
+                    ModelStatus::Standby(_) if entry.pinned() => Entry::new(ModelStatus::Loading, None),
+                    _ => entry.clone(),
+                };
+                entries.insert(name.clone(), Arc::new(Slot::new(entry)));
+            }
+            entries
+        });
+        self.indexing.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.changed();
+        tracing::info!(
+            models = indexed_entries.len(),
+            failed,
+            pinned = pinned.len(),
+            "model repository indexed; models load on their first request"
+        );
+        Ok(pinned)
+    }
+
     /// Every name that is either a model folder now or known from before.
     pub fn known_and_present(&self) -> Vec<String> {
         let mut names = self.model_folders().unwrap_or_default();
@@ -407,17 +626,36 @@ impl Repository {
         names
     }
 
-    fn update(&self, name: &str, change: impl Fn(Option<&Entry>) -> Entry) {
-        self.entries.rcu(|entries| {
-            let mut entries = BTreeMap::clone(entries);
-            let entry = change(entries.get(name));
-            entries.insert(name.to_string(), entry);
-            entries
-        });
+    /// Changes `name`'s entry (adding the name if it is new): only that entry is copied.
+    pub(super) fn update(&self, name: &str, change: impl Fn(Option<&Entry>) -> Entry) {
+        match self.entries.load().get(name) {
+            Some(slot) => {
+                slot.entry.rcu(|entry| change(Some(entry.as_ref())));
+            }
+            None => {
+                self.entries.rcu(|entries| {
+                    let mut entries = BTreeMap::clone(entries);
+                    let slot = match entries.get(name) {
+                        Some(slot) => {
+                            slot.entry.rcu(|entry| change(Some(entry.as_ref())));
+                            slot.clone()
+                        }
+                        None => Arc::new(Slot::new(change(None))),
+                    };
+                    entries.insert(name.to_string(), slot);
+                    entries
+                });
+            }
+        }
         self.changed();
     }
 
-    fn changed(&self) {
+    /// `name`'s entry now.
+    pub(super) fn entry(&self, name: &str) -> Option<Arc<Entry>> {
+        self.entries.load().get(name).map(|slot| slot.entry.load_full())
+    }
+
+    pub(super) fn changed(&self) {
         self.changes.send_modify(|generation| *generation += 1);
     }
 
@@ -441,12 +679,18 @@ impl Repository {
 
     /// Where a model stands, if the repository knows it.
     pub fn status(&self, name: &str) -> Option<ModelStatus> {
-        self.entries.load().get(name).map(|e| e.status.clone())
+        self.entries
+            .load()
+            .get(name)
+            .map(|slot| slot.entry.load().status.clone())
     }
 
     /// The live version of a model.
     pub fn get(&self, name: &str) -> Option<Arc<Model>> {
-        self.entries.load().get(name).and_then(|e| e.status.model().cloned())
+        self.entries
+            .load()
+            .get(name)
+            .and_then(|slot| slot.entry.load().status.model().cloned())
     }
 
     /// Every known model and its state, sorted by name.
@@ -454,16 +698,28 @@ impl Repository {
         self.entries
             .load()
             .iter()
-            .map(|(n, e)| (n.clone(), e.clone()))
+            .map(|(name, slot)| (name.clone(), Entry::clone(&slot.entry.load())))
             .collect()
     }
 
+    /// Whether an on-demand load of `name` is under way.
+    pub fn is_loading_on_demand(&self, name: &str) -> bool {
+        crate::sync::lock(&self.on_demand).contains_key(name)
+    }
+
     /// Whether the server is ready: not draining, and every model it should serve has a
-    /// live version (none is loading for the first time, none failed without one).
-    /// Models unloaded on purpose do not count.
+    /// live version (none is loading for the first time, none failed without one), or
+    /// (on demand) is indexed: a model whose load failed there fails its own requests,
+    /// not the node's readiness. Models unloaded on purpose do not count.
     pub fn all_ready(&self) -> bool {
+        let on_demand = self.policy.on_demand();
         !self.is_draining()
-            && self.entries.load().values().all(|e| e.status.counts_as_ready())
+            && !self.indexing.load(std::sync::atomic::Ordering::Relaxed)
+            && self.entries.load().values().all(|slot| {
+                let entry = slot.entry.load();
+                entry.status.counts_as_ready()
+                    || (on_demand && !entry.pinned() && matches!(entry.status, ModelStatus::Failed { .. }))
+            })
             && self.dependencies.lock().map_or(true, |d| d.values().all(|&up| up))
     }
 
@@ -480,7 +736,10 @@ impl Repository {
 
     /// Whether `name` serves a version and the server is not draining.
     pub fn model_ready(&self, name: &str) -> bool {
-        !self.is_draining() && self.get(name).is_some()
+        !self.is_draining()
+            && self
+                .status(name)
+                .is_some_and(|status| matches!(status, ModelStatus::Ready { .. } | ModelStatus::Standby(_)))
     }
 
     /// Takes every model out of service and waits, until `deadline` at the latest, for
@@ -490,7 +749,10 @@ impl Repository {
         self.begin_drain();
         let entries = self.entries.swap(Arc::new(BTreeMap::new()));
         self.changed();
-        let models: Vec<Arc<Model>> = entries.values().filter_map(|e| e.status.model().cloned()).collect();
+        let models: Vec<Arc<Model>> = entries
+            .values()
+            .filter_map(|slot| slot.entry.load().status.model().cloned())
+            .collect();
         drop(entries);
         // In-flight requests hold their own `Arc<Model>`; once the last one is answered
         // the model's queue closes, its threads exit and its completion resolves.
@@ -498,6 +760,50 @@ impl Repository {
         drop(models);
         let all = futures_join_all(completions);
         tokio::time::timeout_at(deadline, all).await.is_ok()
+    }
+}
+
+impl Slot {
+    pub(super) fn new(entry: Entry) -> Self {
+        Self {
+            entry: ArcSwap::from_pointee(entry),
+        }
+    }
+}
+
+/// What indexing a model folder finds: the model on standby, or failed with the reason.
+fn indexed(dir: &Path) -> ModelStatus {
+    match ModelConfig::load(dir) {
+        Ok(config) => ModelStatus::Standby(Arc::new(Standby::new(config))),
+        Err(error) => {
+            tracing::error!(folder = %dir.display(), "model failed its indexing: {error}");
+            ModelStatus::Failed {
+                reason: error.to_string(),
+            }
+        }
+    }
+}
+
+/// A resident model as it goes back to standby: its configuration, what it held once
+/// loaded (the room its next load makes: growth since belongs to those instances) and
+/// what its plugins declared.
+pub(super) fn standby_of(model: &Model) -> Standby {
+    Standby {
+        config: model.config.clone(),
+        held_bytes: Some(model.loaded_bytes),
+        metadata: model.shared.metadata(),
+    }
+}
+
+/// Whether a load compiled any stage, as `tensorplug_residency_loads_total` says it.
+fn compiled_label(shared: &ModelShared) -> &'static str {
+    let stages = shared.compiles.get().map(Vec::as_slice).unwrap_or_default();
+    if stages.iter().any(|(_, c)| c.source == CompileSource::Compiled) {
+        "true"
+    } else if stages.iter().any(|(_, c)| c.source == CompileSource::CompiledOrCache) {
+        "unknown"
+    } else {
+        "false"
     }
 }
 
@@ -557,10 +863,7 @@ mod tests {
         assert!(changes.has_changed().expect("sender alive"));
         changes.mark_unchanged();
         assert!(!repository.all_ready(), "a model still loading");
-        repository.update("m", |_| Entry {
-            status: ModelStatus::Unloaded,
-            attempted: None,
-        });
+        repository.update("m", |_| Entry::new(ModelStatus::Unloaded, None));
         assert!(repository.all_ready(), "unloaded on purpose does not count");
         repository.set_dependency("broker", false);
         assert!(!repository.all_ready(), "a dependency down");

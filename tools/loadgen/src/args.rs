@@ -64,6 +64,20 @@ pub struct Args {
     #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: u32,
 
+    /// REST: spread requests over this many models: `{model}` in the URL is replaced by
+    /// a model name, `m0` to `m<N-1>` (with --model-prefix), drawn by a Zipf law (--zipf).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub models: Option<u32>,
+
+    /// With --models: the names' prefix (`m` gives m0, m1, ...).
+    #[arg(long, default_value = "m")]
+    pub model_prefix: String,
+
+    /// With --models: the Zipf exponent (model k is picked in proportion to
+    /// 1/(k+1)^S; 0 is uniform).
+    #[arg(long, default_value_t = 1.0)]
+    pub zipf: f64,
+
     /// Print one JSON object instead of the human line.
     #[arg(long)]
     pub json: bool,

@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::report::ClientStats;
+use crate::zipf::{Draws, Zipf};
 
 /// After a failed connection attempt, wait this long before the next one, so that a dead
 /// server is not hammered with connects.
@@ -31,8 +32,11 @@ pub struct Target {
     pub addr: SocketAddr,
     /// The `Host` header (the URL's authority).
     pub host: HeaderValue,
-    /// The request target in origin form (`/v2/models/digits/infer`).
-    pub path: Uri,
+    /// The request target in origin form (`/v2/models/digits/infer`); with several
+    /// models, one per model, drawn by `spread`.
+    pub paths: Vec<Uri>,
+    /// How requests pick among `paths` (several models).
+    pub spread: Option<Zipf>,
     pub content_type: HeaderValue,
     /// Request bodies, POSTed in rotation; none means plain GETs.
     pub bodies: Vec<Bytes>,
@@ -79,6 +83,7 @@ pub async fn run(index: usize, target: Arc<Target>, schedule: Schedule, histogra
     let mut stats = ClientStats::new(histogram);
     // Each client starts at its own line, so concurrent requests carry different bodies.
     let mut next_body = index;
+    let mut draws = Draws::seeded(index as u64 + 1);
     let mut connection: Option<Sender> = None;
 
     loop {
@@ -93,7 +98,11 @@ pub async fn run(index: usize, target: Arc<Target>, schedule: Schedule, histogra
         }
         let Some(sender) = connection.as_mut() else { continue };
 
-        let request = build_request(&target, next_body);
+        let path = match &target.spread {
+            Some(zipf) => zipf.pick(draws.next_unit()),
+            None => 0,
+        };
+        let request = build_request(&target, next_body, path);
         next_body = next_body.wrapping_add(1);
 
         let started = Instant::now();
@@ -141,14 +150,16 @@ async fn connect(addr: SocketAddr) -> Result<Sender> {
 }
 
 /// The `index`-th request of the rotation (bodies are shared `Bytes`: no copy).
-fn build_request(target: &Target, index: usize) -> Request<Full<Bytes>> {
+fn build_request(target: &Target, index: usize, path: usize) -> Request<Full<Bytes>> {
     let body = if target.bodies.is_empty() {
         Bytes::new()
     } else {
         target.bodies[index % target.bodies.len()].clone()
     };
     let mut request = Request::new(Full::new(body));
-    *request.uri_mut() = target.path.clone();
+    if let Some(path) = target.paths.get(path) {
+        *request.uri_mut() = path.clone();
+    }
     request.headers_mut().insert(HOST, target.host.clone());
     if !target.bodies.is_empty() {
         *request.method_mut() = Method::POST;

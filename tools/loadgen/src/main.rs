@@ -38,6 +38,7 @@ mod convert;
 mod grpc;
 mod nats;
 mod report;
+mod zipf;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
@@ -92,7 +93,9 @@ fn try_main(args: Args) -> Result<()> {
 
     let load = match args.protocol {
         Protocol::Rest => {
-            let (addr, host, path) = resolve(&args.url)?;
+            // `{model}` (with --models) stays in the path, percent-encoded, until each
+            // model's path is written.
+            let (addr, host, path) = resolve(&args.url.replace("{model}", "%7Bmodel%7D"))?;
             Load::Rest(Arc::new(rest_target(&args, addr, host, path)?))
         }
         Protocol::Grpc | Protocol::GrpcRaw => {
@@ -193,10 +196,31 @@ fn rest_target(args: &Args, addr: SocketAddr, host: HeaderValue, path: Uri) -> R
     };
     let content_type =
         HeaderValue::from_str(&args.content_type).context("--content-type is not a valid header value")?;
+    let (paths, spread) = match args.models {
+        None => (vec![path], None),
+        Some(models) => {
+            let template = path.to_string();
+            ensure!(
+                template.contains("%7Bmodel%7D"),
+                "with --models the URL names the model as {{model}} (e.g. http://127.0.0.1:8080/v2/models/{{model}}/infer)"
+            );
+            let paths = (0..models)
+                .map(|k| {
+                    let name = format!("{}{k}", args.model_prefix);
+                    let path = template.replace("%7Bmodel%7D", &name);
+                    path.parse::<Uri>()
+                        .with_context(|| format!("'{path}' is not a request target"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            ensure!(args.zipf.is_finite() && args.zipf >= 0.0, "--zipf must be a number ≥ 0");
+            (paths, Some(zipf::Zipf::new(models as usize, args.zipf)))
+        }
+    };
     Ok(Target {
         addr,
         host,
-        path,
+        paths,
+        spread,
         content_type,
         bodies,
     })

@@ -46,10 +46,13 @@ impl Local {
         };
         let runtime = Runtime::new(cache_dir).map_err(|e| failed(format!("the wasm runtime did not start: {e}")))?;
         let repository = Arc::new(Repository::new(repository, runtime, false));
-        repository.load(&options.model).await.map_err(|e| match e {
-            RepositoryError::Load { source, .. } => failed(format!("it failed to load: {source}")),
-            other => failed(other.to_string()),
-        })?;
+        repository
+            .load(&options.model, crate::serving::residency::STARTUP)
+            .await
+            .map_err(|e| match e {
+                RepositoryError::Load { source, .. } => failed(format!("it failed to load: {source}")),
+                other => failed(other.to_string()),
+            })?;
         let model = api::find_model(&repository, &options.model, options.model_version.as_deref())
             .map_err(|e| failed(e.to_string()))?;
         let info = ModelInfo {
@@ -80,7 +83,7 @@ impl Local {
             Ok(Ok(inferred)) => inferred,
         };
         let status = inferred.status();
-        let reply = reply(&call, inferred);
+        let reply = reply(inferred);
         call.answered(status);
         reply
     }
@@ -103,7 +106,7 @@ impl Local {
         let replies = results
             .into_iter()
             .map(|result| match result {
-                Ok(inferred) => reply(&call, inferred),
+                Ok(inferred) => reply(inferred),
                 Err(error) => Err(refused(&error)),
             })
             .collect();
@@ -121,8 +124,8 @@ impl Local {
 }
 
 /// What the batch client reads of an answer.
-fn reply(call: &InferCall, inferred: Inferred) -> Result<Reply, Failure> {
-    let config = &call.model().config;
+fn reply(inferred: Inferred) -> Result<Reply, Failure> {
+    let config = &inferred.model.config;
     let (model_name, model_version) = (config.name.clone(), config.version.clone());
     match inferred.answer {
         Answer::Success(outputs) => Ok(Reply::Success {

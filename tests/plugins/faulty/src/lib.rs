@@ -28,6 +28,7 @@
 //! | -21 | runs `digits` on an input of the wrong shape; the host's refusal is the item's error |
 //! | -22 | runs `digits` on an input of the wrong type; the host's refusal is the item's error |
 //! | -23 | passes graph bytes to `wasi:nn`'s `load`; the host's refusal becomes the item's 422 |
+//! | -24 | keeps 16 MiB more of linear memory, written, on every such item: a plugin that grows after its load (answered as usual) |
 //! | -50 | an item failure 422 whose message holds every byte a header must not: control characters, CR/LF, NUL, DEL, non-ASCII, 64 KiB of it |
 //! | -51 | the item's row of `y` is 16 MiB wide (4 Mi values; declare `y`'s shape `[-1]`) |
 //! | -30..-39 | plugin metrics written to forge, break or bloat `/metrics` (see `metric_faults`) |
@@ -41,7 +42,9 @@
 //! `item_value` (each item's |x|), and declares the metadata `purpose` and `scale`.
 //!
 //! With the parameter `fail_init = "true"`, `init` fails; with `sleep_init_ms = N`,
-//! `init` first sleeps N ms (in a host call); with `random_metadata = "true"`, every
+//! `init` first sleeps N ms (in a host call); with `keep_mib = N`, `init` keeps N MiB of
+//! linear memory, written (a model that holds that much once loaded); with
+//! `random_metadata = "true"`, every
 //! `init` also declares the metadata `nonce` with a value of its own; with
 //! `init_graph = "heavy"`, `init` runs the graph `heavy` once as code -40 does.
 
@@ -64,6 +67,10 @@ impl Predictor for Faulty {
         }
         if parameters.parse_or("init_graph", String::new())? == "heavy" {
             nn_graph_fault(-40.0).map_or(Ok(()), |error| Err(format!("faulty: init_graph: {error:?}")))?;
+        }
+        let keep_mib: usize = parameters.parse_or("keep_mib", 0)?;
+        if keep_mib > 0 {
+            std::mem::forget(black_box(vec![1u8; keep_mib << 20]));
         }
         if parameters.parse_or("fail_init", false)? {
             return Err("faulty: init failed as configured".into());
@@ -138,6 +145,7 @@ impl Predictor for Faulty {
                 Some(13) => twice = true,
                 Some(14) => flood = true,
                 Some(15) => return Err(ItemError::bad_request("faulty: batch rejected")),
+                Some(24) => std::mem::forget(black_box(vec![1u8; 16 << 20])),
                 _ => {}
             }
             if code_in(v, 70..=79) == Some(70) {
@@ -179,9 +187,9 @@ impl Predictor for Faulty {
     }
 }
 
-/// `Some(k)` when `v` is exactly `-k` for a fault code `k` in 1..=23.
+/// `Some(k)` when `v` is exactly `-k` for a fault code `k` in 1..=24.
 fn fault_code(v: f32) -> Option<u8> {
-    code_in(v, 1..=23)
+    code_in(v, 1..=24)
 }
 
 /// `Some(k)` when `v` is exactly `-k` for a code `k` in `codes` (each family of faults

@@ -1,0 +1,375 @@
+//! Models made resident by their first request, and sent back to standby: one load per
+//! model that every request arriving meanwhile waits for (each within its own deadline),
+//! room made under the memory budget by evicting the least recently used models with
+//! nothing in flight, and the idle unload.
+//!
+//! A model is in flight while anything besides the repository holds its `Arc<Model>`:
+//! every request does from its lookup to its answer (its queued items included), so a
+//! model whose count is one has nothing in flight or queued and can go. A request that
+//! looks it up in the instant it is evicted still runs on the version it holds, which
+//! goes away after its answer.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::model::Model;
+use super::repository::{standby_of, Entry, ModelStatus, Repository, RepositoryError};
+use super::residency::{EvictionCause, LoadProgress, LoadTimes, OnDemandLoad, Reservation, FOR_ROOM, IDLE, REQUEST};
+
+/// How often a load waiting for room looks again (requests finishing free models without
+/// a wake-up).
+const ROOM_POLL: Duration = Duration::from_millis(20);
+
+/// How often idle models and the budget are checked.
+const ENFORCE_EVERY: Duration = Duration::from_millis(500);
+
+impl Repository {
+    /// The resident version of `name`, loading it first if it is on standby (the load
+    /// every request for it meanwhile shares), within `deadline`; with the times of the
+    /// load it waited for, if it did.
+    pub async fn resident(
+        self: &Arc<Self>,
+        name: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Arc<Model>, Option<LoadTimes>), RepositoryError> {
+        let mut waited = None;
+        loop {
+            match self.status(name) {
+                Some(ModelStatus::Ready { model, .. }) => return Ok((model, waited)),
+                Some(ModelStatus::Standby(_)) => {}
+                Some(ModelStatus::Failed { reason }) => {
+                    return Err(RepositoryError::Broken {
+                        name: name.to_owned(),
+                        reason,
+                    })
+                }
+                Some(ModelStatus::Loading) => return Err(self.not_resident_yet(name, "it is loading")),
+                Some(ModelStatus::Unloaded) => return Err(RepositoryError::NotLoaded(name.to_owned())),
+                None => return Err(RepositoryError::NoSuchFolder(name.to_owned())),
+            }
+            let mut load = self.load_on_demand(name);
+            let finished = tokio::time::timeout_at(deadline, load.wait_for(|p| matches!(p, LoadProgress::Done(_))))
+                .await
+                .map(|done| done.map(|progress| *progress));
+            match finished {
+                Ok(Ok(progress)) => {
+                    if let LoadProgress::Done(Some(times)) = progress {
+                        waited = Some(times);
+                    }
+                }
+                Ok(Err(_)) => return Err(self.not_resident_yet(name, "its load was abandoned")),
+                Err(_) => {
+                    let progress = *load.borrow();
+                    let why = match progress {
+                        LoadProgress::WaitingForRoom => self.room_report(),
+                        LoadProgress::Queued => "it waits for another change of it to end".to_owned(),
+                        LoadProgress::Loading | LoadProgress::Done(_) => "it is still loading".to_owned(),
+                    };
+                    return Err(self.not_resident_yet(name, &why));
+                }
+            }
+        }
+    }
+
+    fn not_resident_yet(&self, name: &str, why: &str) -> RepositoryError {
+        self.residency.unavailable.inc();
+        RepositoryError::NotResidentYet {
+            name: name.to_owned(),
+            why: why.to_owned(),
+        }
+    }
+
+    /// What the budget holds, for a request that waited for room in vain.
+    fn room_report(&self) -> String {
+        let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+        format!(
+            "waiting for room under the memory budget of {:.0} MiB ({:.1} MiB held by resident models in use \
+             or used within the last {} s)",
+            mib(self.policy.budget_bytes.unwrap_or(u64::MAX)),
+            mib(self.resident_bytes()),
+            self.policy.min_residency.as_secs()
+        )
+    }
+
+    /// The load of `name` under way, or a new one, off the request's task (a request
+    /// that stops waiting does not stop it).
+    fn load_on_demand(self: &Arc<Self>, name: &str) -> OnDemandLoad {
+        let mut loads = crate::sync::lock(&self.on_demand);
+        if let Some(load) = loads.get(name) {
+            return load.clone();
+        }
+        let (progress, load) = watch::channel(LoadProgress::Queued);
+        loads.insert(name.to_owned(), load.clone());
+        drop(loads);
+        let under_way = UnderWay {
+            repository: self.clone(),
+            name: name.to_owned(),
+            progress,
+        };
+        tokio::spawn(async move {
+            let times = under_way
+                .repository
+                .load_when_room(&under_way.name, &under_way.progress)
+                .await;
+            under_way.progress.send_replace(LoadProgress::Done(times));
+        });
+        load
+    }
+
+    /// Loads `name` if it is still on standby, once there is room for it; its times, if
+    /// it loaded (or failed to).
+    async fn load_when_room(&self, name: &str, progress: &watch::Sender<LoadProgress>) -> Option<LoadTimes> {
+        let _this_model = self.lock_model(name).await;
+        let Some(ModelStatus::Standby(standby)) = self.status(name) else {
+            return None;
+        };
+        let dir = self.root().join(name);
+        let reservation = match self.policy.budget_bytes {
+            None => None,
+            Some(budget) => {
+                let expected = standby.expected_bytes();
+                if expected > budget {
+                    let reason = format!(
+                        "it holds {} MiB (measured when it was last resident, or its files' size), more than the \
+                         whole memory budget of {} MiB (--memory-budget-mib)",
+                        expected >> 20,
+                        budget >> 20
+                    );
+                    tracing::error!(model = name, "model cannot be loaded: {reason}");
+                    self.update(name, |entry| {
+                        Entry::with_status(entry, ModelStatus::Failed { reason: reason.clone() })
+                    });
+                    return None;
+                }
+                Some(self.make_room(name, expected, budget, progress).await?)
+            }
+        };
+        progress.send_replace(LoadProgress::Loading);
+        let started = Instant::now();
+        // A failure is logged and kept in the entry (until the folder changes).
+        let _ = self.load_locked(name, dir, REQUEST).await;
+        let finished = Instant::now();
+        drop(reservation);
+        self.enforce_budget();
+        Some(LoadTimes { started, finished })
+    }
+
+    /// Reserves `bytes` under `budget`, evicting the least recently used models for it
+    /// and waiting while none can go; `None` once nobody waits for the load any more.
+    async fn make_room(
+        &self,
+        name: &str,
+        bytes: u64,
+        budget: u64,
+        progress: &watch::Sender<LoadProgress>,
+    ) -> Option<Reservation<'_>> {
+        let mut waiting = false;
+        let _waiting = WaitingForRoom::new(&self.waiting_for_room);
+        loop {
+            // Registered before looking, so that a request ending meanwhile wakes it.
+            let freed = self.room.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if let Some(reservation) = self.reservations.try_reserve(bytes, self.resident_bytes(), budget) {
+                return Some(reservation);
+            }
+            if self.evict_least_recent(FOR_ROOM, Some(name)) {
+                continue;
+            }
+            if !waiting {
+                waiting = true;
+                self.residency.budget_waits.inc();
+                progress.send_replace(LoadProgress::WaitingForRoom);
+                tracing::warn!(model = name, "model load waits: {}", self.room_report());
+            }
+            // The register of loads under way holds one receiver; any other is a request.
+            if progress.receiver_count() <= 1 {
+                tracing::info!(model = name, "model load given up: no request waits for it any more");
+                return None;
+            }
+            let _ = tokio::time::timeout(ROOM_POLL, freed).await;
+        }
+    }
+
+    /// Says a request let go of its model: a load waiting for room may evict it now
+    /// (rather than at its next look, when another request may hold it again).
+    pub fn request_ended(&self) {
+        if self.waiting_for_room.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            self.room.notify_waiters();
+        }
+    }
+
+    /// What the resident models hold together, measured.
+    pub fn resident_bytes(&self) -> u64 {
+        self.entries
+            .load()
+            .values()
+            .filter_map(|slot| slot.entry.load().status.model().map(|m| m.held_bytes()))
+            .sum()
+    }
+
+    /// How many models are resident.
+    pub fn resident_count(&self) -> usize {
+        self.entries
+            .load()
+            .values()
+            .filter(|slot| slot.entry.load().status.model().is_some())
+            .count()
+    }
+
+    /// Sends the least recently used model that may go (not pinned, nothing in flight,
+    /// unused for the minimum residency time; not `except`) back to standby; whether one
+    /// went.
+    fn evict_least_recent(&self, cause: EvictionCause, except: Option<&str>) -> bool {
+        let min_idle = self.policy.min_residency;
+        let mut candidates: Vec<(Duration, String)> = self
+            .entries
+            .load()
+            .iter()
+            .filter(|(name, _)| Some(name.as_str()) != except)
+            .filter_map(|(name, slot)| {
+                let entry = slot.entry.load();
+                let model = evictable(&entry)?;
+                let idle = model.last_used.ago();
+                (idle >= min_idle).then(|| (idle, name.clone()))
+            })
+            .collect();
+        candidates.sort_unstable_by_key(|(idle, _)| std::cmp::Reverse(*idle));
+        candidates
+            .into_iter()
+            .any(|(_, name)| self.evict(&name, cause, min_idle))
+    }
+
+    /// Sends `name` back to standby if it still may go and has been idle `min_idle`;
+    /// whether it went.
+    fn evict(&self, name: &str, cause: EvictionCause, min_idle: Duration) -> bool {
+        // A model being (re)loaded, unloaded or indexed is left alone.
+        let Some(_this_model) = self.try_lock_model(name) else {
+            return false;
+        };
+        let Some(entry) = self.entry(name) else {
+            return false;
+        };
+        let Some(model) = evictable(&entry) else {
+            return false;
+        };
+        let idle = model.last_used.ago();
+        if idle < min_idle {
+            return false;
+        }
+        let standby = Arc::new(standby_of(model));
+        let held = standby.held_bytes.unwrap_or(0);
+        self.update(name, |entry| {
+            Entry::with_status(entry, ModelStatus::Standby(standby.clone()))
+        });
+        self.residency.evictions.get_or_create(&cause).inc();
+        self.room.notify_waiters();
+        tracing::info!(
+            model = name,
+            cause = cause.cause,
+            held_mib = held >> 20,
+            idle_ms = idle.as_millis() as u64,
+            "model evicted: on standby"
+        );
+        true
+    }
+
+    /// Evicts the least recently used models while the resident ones hold more than the
+    /// budget (a model grew, or a first load measured more than it reserved).
+    fn enforce_budget(&self) {
+        let Some(budget) = self.policy.budget_bytes else {
+            return;
+        };
+        while self.resident_bytes().saturating_add(self.reservations.reserved()) > budget {
+            if !self.evict_least_recent(FOR_ROOM, None) {
+                break;
+            }
+        }
+    }
+
+    /// Sends models idle past the idle time back to standby.
+    fn unload_idle(&self) {
+        let Some(idle_unload) = self.policy.idle_unload else {
+            return;
+        };
+        let idle: Vec<String> = self
+            .entries
+            .load()
+            .iter()
+            .filter(|(_, slot)| evictable(&slot.entry.load()).is_some_and(|m| m.last_used.ago() >= idle_unload))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in idle {
+            self.evict(&name, IDLE, idle_unload);
+        }
+    }
+
+    /// Starts keeping the budget and the idle time (on-demand residency): a task that
+    /// checks twice a second, until the repository drains or goes.
+    pub fn keep_residency(self: &Arc<Self>) {
+        if !self.policy.on_demand() {
+            return;
+        }
+        let repository: Weak<Repository> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(ENFORCE_EVERY);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some(repository) = repository.upgrade() else { return };
+                if repository.is_draining() {
+                    return;
+                }
+                repository.unload_idle();
+                repository.enforce_budget();
+            }
+        });
+    }
+}
+
+/// The resident model of `entry` if it may be evicted: not pinned, and nothing but the
+/// entry holds it (nothing in flight or queued).
+fn evictable(entry: &Entry) -> Option<&Arc<Model>> {
+    let model = entry.status.model()?;
+    (!entry.pinned() && Arc::strong_count(model) == 1).then_some(model)
+}
+
+/// A load waiting for room, counted while it waits.
+struct WaitingForRoom<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> WaitingForRoom<'a> {
+    fn new(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for WaitingForRoom<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A load in the register of loads under way, taken out of it when the load ends, even
+/// by a panic.
+struct UnderWay {
+    repository: Arc<Repository>,
+    name: String,
+    progress: watch::Sender<LoadProgress>,
+}
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        crate::sync::lock(&self.repository.on_demand).remove(&self.name);
+        // Waiters still waiting (a panic ended the load) hear of it.
+        self.progress.send_if_modified(|progress| {
+            let over = matches!(progress, LoadProgress::Done(_));
+            if !over {
+                *progress = LoadProgress::Done(None);
+            }
+            !over
+        });
+    }
+}

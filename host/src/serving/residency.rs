@@ -1,0 +1,330 @@
+//! Which models are resident (their instances live) and which wait on standby, and what
+//! resident models may hold: the residency policy, the memory budget's bookkeeping, and
+//! the counters an operator reads it by.
+//!
+//! Under on-demand residency a model is indexed at start (its `model.toml` validated) and
+//! loaded by its first request; the least recently used models with nothing in flight go
+//! back to standby when a load needs room under the budget, and idle models go after
+//! their idle time. What a model holds is measured (`runtime::ModelShared::held_bytes`),
+//! never estimated, except for a model never loaded yet, whose load reserves its stage
+//! files' size until it is measured.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+
+use crate::model::config::ModelConfig;
+
+/// Which models the server keeps resident.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ResidencyMode {
+    /// Every model is loaded at start and stays loaded (until unloaded or removed).
+    #[default]
+    Resident,
+    /// Models are indexed at start and loaded by their first request; idle ones and the
+    /// least recently used under the memory budget go back to standby.
+    OnDemand,
+}
+
+/// How the repository keeps models resident.
+#[derive(Clone, Copy, Debug)]
+pub struct ResidencyPolicy {
+    pub mode: ResidencyMode,
+    /// What resident models may hold together, measured; `None`: no bound.
+    pub budget_bytes: Option<u64>,
+    /// A model used (or loaded) more recently than this is not evicted for room.
+    pub min_residency: Duration,
+    /// A model idle this long goes back to standby (on demand only); `None`: never.
+    pub idle_unload: Option<Duration>,
+}
+
+impl Default for ResidencyPolicy {
+    fn default() -> Self {
+        Self {
+            mode: ResidencyMode::Resident,
+            budget_bytes: None,
+            min_residency: Duration::from_secs(30),
+            idle_unload: None,
+        }
+    }
+}
+
+impl ResidencyPolicy {
+    pub fn on_demand(&self) -> bool {
+        self.mode == ResidencyMode::OnDemand
+    }
+}
+
+/// Milliseconds on a clock that starts with the process: what a model's last use is
+/// kept as (one atomic store per request).
+pub fn clock_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// When a resident model was last used: the arrival of its latest request, or its load.
+#[derive(Debug)]
+pub struct LastUse(AtomicU64);
+
+impl LastUse {
+    pub fn now() -> Self {
+        Self(AtomicU64::new(clock_ms()))
+    }
+
+    pub fn touch(&self) {
+        self.0.store(clock_ms(), Ordering::Relaxed);
+    }
+
+    /// How long ago, on the residency clock.
+    pub fn ago(&self) -> Duration {
+        Duration::from_millis(clock_ms().saturating_sub(self.0.load(Ordering::Relaxed)))
+    }
+}
+
+/// A model known, validated and servable, with nothing loaded: its next request loads it.
+#[derive(Debug)]
+pub struct Standby {
+    pub config: ModelConfig,
+    /// What it held once loaded when it was last resident: the room its next load makes.
+    pub held_bytes: Option<u64>,
+    /// What its plugins declared when it was last resident (its metadata meanwhile).
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl Standby {
+    pub fn new(config: ModelConfig) -> Self {
+        Self {
+            config,
+            held_bytes: None,
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    /// The room a load of it makes under the budget: what it held last time, else (never
+    /// measured) its stage and graph files' size, less than any compiled model holds.
+    pub fn expected_bytes(&self) -> u64 {
+        if let Some(held) = self.held_bytes {
+            return held;
+        }
+        let files = self
+            .config
+            .stages
+            .iter()
+            .map(|(_, file)| file)
+            .chain(self.config.graphs.iter().map(|graph| &graph.file));
+        files
+            .filter_map(|file| std::fs::metadata(file).ok())
+            .map(|meta| meta.len())
+            .sum()
+    }
+}
+
+/// Where an on-demand load stands, for the requests waiting on it.
+#[derive(Clone, Copy, Debug)]
+pub enum LoadProgress {
+    /// Waiting for its model's turn (another change of it under way).
+    Queued,
+    /// Waiting for room under the memory budget.
+    WaitingForRoom,
+    /// Compiling (from the cache) and initialising.
+    Loading,
+    /// Over: the model is resident, failed, or (nobody waited any more) still on standby;
+    /// with its times when it loaded.
+    Done(Option<LoadTimes>),
+}
+
+/// A load under way, as its waiters follow it.
+pub type OnDemandLoad = tokio::sync::watch::Receiver<LoadProgress>;
+
+/// The memory budget's reservations: room promised to loads under way, on top of what
+/// resident models are measured to hold.
+#[derive(Debug, Default)]
+pub struct Reservations {
+    reserved: Mutex<u64>,
+}
+
+/// Room held for one load until it is measured (given back when dropped).
+#[must_use]
+pub struct Reservation<'a> {
+    reservations: &'a Reservations,
+    bytes: u64,
+}
+
+impl Reservations {
+    /// Reserves `bytes` if they fit under `budget` beside `resident` bytes and what is
+    /// already reserved.
+    pub fn try_reserve(&self, bytes: u64, resident: u64, budget: u64) -> Option<Reservation<'_>> {
+        let mut reserved = self.reserved.lock().unwrap_or_else(PoisonError::into_inner);
+        if resident.saturating_add(*reserved).saturating_add(bytes) > budget {
+            return None;
+        }
+        *reserved += bytes;
+        Some(Reservation {
+            reservations: self,
+            bytes,
+        })
+    }
+
+    /// What loads under way have reserved.
+    pub fn reserved(&self) -> u64 {
+        *self.reserved.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut reserved = self
+            .reservations
+            .reserved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *reserved = reserved.saturating_sub(self.bytes);
+    }
+}
+
+/// What made a model load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct LoadTrigger {
+    /// `startup`, `request` (its first request, on demand), `api` (the repository API),
+    /// `reload` (its folder changed).
+    pub trigger: &'static str,
+}
+
+pub const STARTUP: LoadTrigger = LoadTrigger { trigger: "startup" };
+pub const REQUEST: LoadTrigger = LoadTrigger { trigger: "request" };
+pub const API: LoadTrigger = LoadTrigger { trigger: "api" };
+pub const RELOAD: LoadTrigger = LoadTrigger { trigger: "reload" };
+
+/// The labels of `tensorplug_residency_loads_total`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct LoadLabels {
+    pub trigger: &'static str,
+    /// Whether any stage was compiled (`true`), all came from the cache or a loaded stage
+    /// (`false`), or the cache's counters could not tell (`unknown`); `none` when it failed.
+    pub compiled: &'static str,
+    /// `ready` or `failed`.
+    pub outcome: &'static str,
+}
+
+/// Why a model went back to standby.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct EvictionCause {
+    /// `budget` (room for another model), `idle` (unused past its idle time), `api` (the
+    /// repository API unloaded it).
+    pub cause: &'static str,
+}
+
+pub const FOR_ROOM: EvictionCause = EvictionCause { cause: "budget" };
+pub const IDLE: EvictionCause = EvictionCause { cause: "idle" };
+pub const UNLOADED: EvictionCause = EvictionCause { cause: "api" };
+
+/// The part of a cold start (a request that found its model on standby).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ColdPhase {
+    /// `waiting` (for room under the budget, or another load of the model), `loading`
+    /// (compile from the cache and init), `serving` (the request once its model was
+    /// resident), `total` (arrival to answer).
+    pub phase: &'static str,
+}
+
+/// Cold starts take from a millisecond (a small Rust model, cache warm) to seconds (a
+/// compile).
+const COLD_START_BUCKETS: [f64; 14] = [
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
+];
+
+/// The residency counters, server-wide (none per model: a node may know thousands).
+#[derive(Debug)]
+pub struct ResidencyMetrics {
+    pub loads: Family<LoadLabels, Counter>,
+    pub evictions: Family<EvictionCause, Counter>,
+    /// Loads that had to wait for room under the budget.
+    pub budget_waits: Counter,
+    /// Requests answered 503 because their model could not be made resident in time.
+    pub unavailable: Counter,
+    pub cold_starts: Family<ColdPhase, Histogram>,
+}
+
+impl Default for ResidencyMetrics {
+    fn default() -> Self {
+        Self {
+            loads: Family::default(),
+            evictions: Family::default(),
+            budget_waits: Counter::default(),
+            unavailable: Counter::default(),
+            cold_starts: Family::new_with_constructor(|| Histogram::new(COLD_START_BUCKETS)),
+        }
+    }
+}
+
+/// How one on-demand load went, for the requests that waited on it.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadTimes {
+    /// When it began loading (room found, the model's turn come).
+    pub started: Instant,
+    /// When it was resident (or failed).
+    pub finished: Instant,
+}
+
+impl ResidencyMetrics {
+    /// Counts a cold start that arrived at `arrived`, waited on `load`, and was answered
+    /// now.
+    pub fn cold_start(&self, arrived: Instant, load: LoadTimes) {
+        let now = Instant::now();
+        let began = load.started.max(arrived);
+        let resident = load.finished.max(arrived);
+        let phases = [
+            ("waiting", began.saturating_duration_since(arrived)),
+            ("loading", resident.saturating_duration_since(began)),
+            ("serving", now.saturating_duration_since(resident)),
+            ("total", now.saturating_duration_since(arrived)),
+        ];
+        for (phase, took) in phases {
+            self.cold_starts
+                .get_or_create(&ColdPhase { phase })
+                .observe(took.as_secs_f64());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_hold_room_until_dropped() {
+        let reservations = Reservations::default();
+        let first = reservations.try_reserve(60, 30, 100).expect("fits");
+        assert!(reservations.try_reserve(20, 30, 100).is_none(), "30 + 60 + 20 > 100");
+        assert_eq!(reservations.reserved(), 60);
+        drop(first);
+        assert!(reservations.try_reserve(20, 30, 100).is_some());
+        assert_eq!(reservations.reserved(), 0, "the second was dropped at once");
+    }
+
+    #[test]
+    fn a_cold_start_is_split_at_the_load_it_waited_for() {
+        let metrics = ResidencyMetrics::default();
+        let arrived = Instant::now();
+        let load = LoadTimes {
+            started: arrived + Duration::from_millis(5),
+            finished: arrived + Duration::from_millis(8),
+        };
+        metrics.cold_start(arrived, load);
+        for phase in ["waiting", "loading", "serving", "total"] {
+            let histogram = metrics.cold_starts.get_or_create(&ColdPhase { phase });
+            let mut text = String::new();
+            let mut registry = prometheus_client::registry::Registry::default();
+            registry.register("h", "h", histogram.clone());
+            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+            assert!(text.contains("h_count 1"), "{phase}: {text}");
+        }
+    }
+}

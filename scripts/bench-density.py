@@ -1,0 +1,193 @@
+"""Many models on one node (docs/operations.md, "Many models"): what serving N tenants'
+models on demand costs, measured with the release build over loopback.
+
+1. A repository of N models made from an example, each predict stage distinct in bytes
+   (scripts/make-tenants.py), and `tensorplug compile` filling a fresh compile cache
+   (timed).
+2. `tensorplug serve --residency on-demand --memory-budget-mib B` on it: the time from
+   start to ready, the RSS once ready, and the size of a /metrics scrape.
+3. First answers: K models on standby asked once each, one after the other, timed at the
+   client (arrival to answer, one keep-alive connection): p50, p99, max.
+4. Zipf traffic (s = 1.0) over the N models with tensorplug-loadgen, at concurrency C for
+   D seconds: requests/s, latency, failed requests; then evictions, loads, cold starts
+   (p50/p99 from the server's histogram), the peak and final RSS and the resident memory
+   against the budget, and the scrape's size again.
+
+Run through scripts/bench-density.sh (which builds everything); settings in the
+environment: BENCH_EXAMPLE (digits), BENCH_MODELS (10000), BENCH_BUDGET_MIB (512),
+BENCH_CONCURRENCY (32), BENCH_SECONDS (60), BENCH_FIRST (200), BENCH_INSTANCES (the
+example's), BENCH_MIN_RESIDENCY_SECS (5), BENCH_BODIES (tests/data/digits/test_requests.jsonl),
+BENCH_KEEP (a folder to keep the repository and cache in, reused when present).
+"""
+import argparse, http.client, json, os, re, shutil, socket, subprocess, sys, time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import tenants
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+parser = argparse.ArgumentParser()
+parser.add_argument("--server", required=True)
+parser.add_argument("--loadgen", required=True)
+parser.add_argument("--work", required=True)
+args = parser.parse_args()
+
+env = os.environ.get
+example = env("BENCH_EXAMPLE", "digits")
+models = int(env("BENCH_MODELS", "10000"))
+budget = int(env("BENCH_BUDGET_MIB", "512"))
+concurrency = int(env("BENCH_CONCURRENCY", "32"))
+seconds = int(env("BENCH_SECONDS", "60"))
+first = min(int(env("BENCH_FIRST", "200")), models)
+instances = env("BENCH_INSTANCES")
+min_residency = env("BENCH_MIN_RESIDENCY_SECS", "5")
+bodies = env("BENCH_BODIES", f"{root}/tests/data/digits/test_requests.jsonl")
+keep = env("BENCH_KEEP")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def status_mib(pid, field):
+    text = open(f"/proc/{pid}/status").read()
+    return int(re.search(rf"{field}:\s+(\d+)", text).group(1)) / 1024
+
+
+def percentile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+# 1. The repository and its compile cache.
+base = keep or args.work
+repository, cache = f"{base}/tenants-{example}-{models}", f"{base}/cache-{example}-{models}"
+if not os.path.isdir(repository):
+    example_dir = f"{root}/examples/models/{example}"
+    tenants.make(example_dir, models, repository, int(instances) if instances else None, only={"predict.wasm"})
+    print(f"made {models} models from {example} (each predict.wasm distinct)", flush=True)
+if not os.path.isdir(cache):
+    started = time.monotonic()
+    subprocess.run([args.server, "compile", repository, "--cache-dir", cache], check=True, stdout=subprocess.DEVNULL)
+    print(f"tensorplug compile: {time.monotonic() - started:.0f} s for {models} models", flush=True)
+
+# 2. Serve on demand.
+port = free_port()
+log = open(f"{args.work}/server.log", "w")
+started = time.monotonic()
+server = subprocess.Popen(
+    [args.server, "serve", repository, "--host", "127.0.0.1", "--http-port", str(port), "--grpc-port", "off",
+     "--cache-dir", cache, "--residency", "on-demand", "--memory-budget-mib", str(budget),
+     "--min-residency-secs", min_residency, "--log", "warn"],
+    stdout=log, stderr=subprocess.STDOUT)
+
+
+def stop():
+    server.terminate()
+    server.wait(timeout=60)
+
+
+connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+
+def request(method, path, body=None):
+    global connection
+    for attempt in range(2):
+        try:
+            connection.request(method, path, body=body, headers={"content-type": "application/json"} if body else {})
+            response = connection.getresponse()
+            return response.status, response.read()
+        except (ConnectionError, http.client.HTTPException, OSError):
+            connection.close()
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            if attempt:
+                raise
+    raise RuntimeError("unreachable")
+
+
+while True:
+    try:
+        if request("GET", "/v2/health/ready")[0] == 200:
+            break
+    except OSError:
+        pass
+    if server.poll() is not None:
+        sys.exit(f"bench-density: the server exited: see {args.work}/server.log")
+    time.sleep(0.01)
+ready_s = time.monotonic() - started
+time.sleep(1)
+ready_rss = status_mib(server.pid, "VmRSS")
+scrape_bytes = len(request("GET", "/metrics")[1])
+print(f"\n| {models} models on standby | |\n| --- | ---: |")
+print(f"| start to ready | {ready_s:.2f} s |")
+print(f"| RSS once ready | {ready_rss:.0f} MiB |")
+print(f"| /metrics scrape | {scrape_bytes / 1024:.0f} KiB |", flush=True)
+
+# 3. First answers of models on standby, one after the other.
+body = open(bodies).readline().encode()
+latencies = []
+for k in range(first):
+    t = time.monotonic()
+    status, answer = request("POST", f"/v2/models/m{k}/infer", body)
+    latencies.append((time.monotonic() - t) * 1000)
+    if status != 200:
+        stop()
+        sys.exit(f"bench-density: m{k} answered {status}: {answer[:300]!r}")
+print(f"\n| first answer of a model on standby ({first} models, client-side) | ms |\n| --- | ---: |")
+for name, q in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)]:
+    print(f"| {name} | {percentile(latencies, q):.1f} |")
+print(f"| max | {max(latencies):.1f} |", flush=True)
+
+# 4. Zipf traffic over every model.
+run = subprocess.run(
+    [args.loadgen, f"http://127.0.0.1:{port}/v2/models/{{model}}/infer", "--models", str(models), "--zipf", "1.0",
+     "--body-file", bodies, "-c", str(concurrency), "-d", f"{seconds}s", "-w", "2s", "--json"],
+    capture_output=True, text=True, check=True)
+load = json.loads(run.stdout)
+metrics = request("GET", "/metrics")[1].decode()
+
+
+def sample(name, labels=""):
+    pattern = rf"^{re.escape(name)}(\{{[^}}]*{re.escape(labels)}[^}}]*\}})? (\S+)$"
+    return sum(float(m.group(2)) for m in re.finditer(pattern, metrics, flags=re.M))
+
+
+def histogram_quantile(name, labels, q):
+    buckets = sorted(
+        (float("inf") if m.group(1) == "+Inf" else float(m.group(1)), float(m.group(2)))
+        for m in re.finditer(rf'^{name}_bucket\{{{re.escape(labels)},le="([^"]+)"\}} (\S+)$', metrics, flags=re.M))
+    if not buckets or buckets[-1][1] == 0:
+        return float("nan")
+    target = q * buckets[-1][1]
+    return next(le for le, count in buckets if count >= target)
+
+
+peak = status_mib(server.pid, "VmHWM")
+rss = status_mib(server.pid, "VmRSS")
+print(f"\n| Zipf s=1.0 over {models} models, c={concurrency}, {seconds} s, budget {budget} MiB | |\n| --- | ---: |")
+print(f"| requests/s | {load['rps']:.0f} |")
+print(f"| p50 / p99 | {load['p50_us'] / 1000:.2f} / {load['p99_us'] / 1000:.2f} ms |")
+print(f"| failed | {load['errors']} of {load['requests'] + load['errors']} |")
+loads = sample("tensorplug_residency_loads_total", 'trigger="request"')
+for_room = sample("tensorplug_residency_evictions_total", 'cause="budget"')
+idle = sample("tensorplug_residency_evictions_total", 'cause="idle"')
+waits = sample("tensorplug_residency_budget_waits_total")
+refused = sample("tensorplug_residency_unavailable_total")
+cold = sample("tensorplug_cold_start_seconds_count", 'phase="total"')
+cold_p50 = histogram_quantile("tensorplug_cold_start_seconds", 'phase="total"', 0.5) * 1000
+cold_p99 = histogram_quantile("tensorplug_cold_start_seconds", 'phase="total"', 0.99) * 1000
+resident = sample("tensorplug_models", 'state="ready"')
+held = sample("tensorplug_resident_memory_bytes") / 2**20
+print(f"| loads on a request | {loads:.0f} |")
+print(f"| evictions for room / idle | {for_room:.0f} / {idle:.0f} |")
+print(f"| loads that waited for room; requests refused (503) | {waits:.0f}; {refused:.0f} |")
+print(f"| cold starts; p50 / p99 (server, bucket bounds) | {cold:.0f}; {cold_p50:.0f} / {cold_p99:.0f} ms |")
+print(f"| resident models; their memory, measured | {resident:.0f}; {held:.0f} MiB |")
+print(f"| RSS peak / now | {peak:.0f} / {rss:.0f} MiB |")
+print(f"| /metrics scrape | {len(metrics) / 1024:.0f} KiB |")
+if load.get("first_error"):
+    print(f"first error: {load['first_error']}")
+stop()

@@ -1,0 +1,575 @@
+//! End to end: on-demand residency (`--residency on-demand`). Models start on standby,
+//! ready and described without being loaded; the first request loads a model once for
+//! every request waiting meanwhile; a broken one fails once and answers every request
+//! clearly; the memory budget evicts the least recently used model with nothing in
+//! flight, by what the models are measured to hold, a plugin growing after its load
+//! included; idle models go back to standby; the repository API pins and unpins.
+//!
+//! The models are copies of the faulty test plugin (one instance each), whose code -24
+//! keeps 16 MiB more of linear memory on every such item: a model grown on purpose.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common;
+
+use common::metrics::scrape;
+use common::{output_f32, TestServer};
+use serde_json::Value;
+use tensorplug::app::config::{ResidencyMode, ServeConfig};
+
+/// A repository of faulty models named `names`, one instance each.
+fn faulty_models(names: &[&str]) -> tempfile::TempDir {
+    let repository = tempfile::tempdir().expect("temp dir");
+    for name in names {
+        add_model(repository.path(), name);
+    }
+    repository
+}
+
+fn add_model(repository: &Path, name: &str) {
+    let dir = repository.join(name);
+    std::fs::create_dir(&dir).expect("model folder");
+    std::fs::copy(
+        common::root().join("tests/models/faulty/predict.wasm"),
+        dir.join("predict.wasm"),
+    )
+    .expect("build the plugins first with ./scripts/build-plugins.sh");
+    std::fs::write(
+        dir.join("model.toml"),
+        common::faulty_config("max_batch_size = 8", "instances = 1"),
+    )
+    .expect("model.toml");
+}
+
+/// On-demand settings over `repository`: no budget, no idle unload, nothing protected.
+fn on_demand(repository: &Path) -> ServeConfig {
+    let mut config = common::serve_config(repository);
+    config.residency = ResidencyMode::OnDemand;
+    config.min_residency_secs = 0;
+    config.idle_unload_secs = 0;
+    config
+}
+
+/// Each model's row of the repository index, by name.
+async fn rows(server: &TestServer) -> std::collections::BTreeMap<String, Value> {
+    let index = common::index(server).await;
+    index
+        .as_array()
+        .expect("index rows")
+        .iter()
+        .map(|row| (row["name"].as_str().expect("name").to_owned(), row.clone()))
+        .collect()
+}
+
+async fn state(server: &TestServer, model: &str) -> String {
+    rows(server).await[model]["state"].as_str().expect("state").to_owned()
+}
+
+async fn infer(server: &TestServer, model: &str, values: &[f32]) -> (u16, Value) {
+    server.post_items(model, values).await
+}
+
+/// Waits up to `within` for `check` to hold.
+async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while started.elapsed() < within {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standby_models_are_ready_and_described_without_loading_and_load_on_their_first_request() {
+    let repository = faulty_models(&["a", "b"]);
+    let server = TestServer::start_with(on_demand(repository.path())).await;
+
+    assert_eq!(server.get("/v2/health/ready").await.0, 200, "ready once indexed");
+    for probe in ["/v2/models/a/ready", "/v2/models/a", "/v2/models/a/versions/1"] {
+        let (status, body) = server.get(probe).await;
+        assert_eq!(status, 200, "{probe}: {body}");
+    }
+    let (_, metadata) = server.get("/v2/models/a").await;
+    assert_eq!(metadata["inputs"][0]["name"], "x", "{metadata}");
+    assert_eq!(state(&server, "a").await, "STANDBY", "no probe loads a model");
+    let page = scrape(&server).await;
+    assert_eq!(page.value("tensorplug_models", &[("state", "standby")]), 2.0);
+    assert!(
+        !page.has("tensorplug_model_ready", &[("model", "a")]),
+        "a model on standby has no series"
+    );
+    assert_eq!(page.value_or_zero("tensorplug_residency_loads_total", &[]), 0.0);
+
+    let (status, body) = infer(&server, "a", &[1.0, 2.5]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(output_f32(&body, "y"), vec![2.0, 5.0]);
+    let rows = rows(&server).await;
+    assert_eq!(rows["a"]["state"], "READY", "{rows:?}");
+    assert!(rows["a"]["memory_bytes"].as_u64().unwrap() > 1 << 20, "{rows:?}");
+    assert_eq!(rows["b"]["state"], "STANDBY");
+    let page = scrape(&server).await;
+    assert_eq!(
+        page.value(
+            "tensorplug_residency_loads_total",
+            &[("trigger", "request"), ("outcome", "ready")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        page.histogram_count("tensorplug_cold_start_seconds", &[("phase", "total")]),
+        1.0
+    );
+    assert!(page.value("tensorplug_resident_memory_bytes", &[]) > 0.0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_first_request_arriving_during_the_load_waits_for_that_one_load() {
+    let repository = faulty_models(&["a"]);
+    let server = TestServer::start_with(on_demand(repository.path())).await;
+    let tasks: Vec<_> = (0..64)
+        .map(|k| {
+            let (client, url) = (
+                server.client.clone(),
+                server.url(common::FAULTY_INFER.replace("faulty", "a").as_str()),
+            );
+            tokio::spawn(async move {
+                let response = client
+                    .post(url)
+                    .json(&common::items_request(&[k as f32]))
+                    .send()
+                    .await
+                    .expect("POST");
+                (
+                    response.status().as_u16(),
+                    response.json::<Value>().await.expect("JSON"),
+                )
+            })
+        })
+        .collect();
+    for (k, (status, body)) in common::join_all(tasks).await.into_iter().enumerate() {
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(output_f32(&body, "y"), vec![2.0 * k as f32]);
+    }
+    let page = scrape(&server).await;
+    assert_eq!(
+        page.value("tensorplug_residency_loads_total", &[("trigger", "request")]),
+        1.0
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_model_fails_one_load_answers_every_request_clearly_and_comes_back_when_fixed() {
+    let repository = faulty_models(&["good", "broken"]);
+    std::fs::write(
+        repository.path().join("broken/predict.wasm"),
+        b"\0asm\x0d\0\x01\0garbage",
+    )
+    .unwrap();
+    let server = TestServer::start_with(on_demand(repository.path())).await;
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, url) = (server.client.clone(), server.url("/v2/models/broken/infer"));
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for _ in 0..125 {
+                    let response = client
+                        .post(&url)
+                        .json(&common::items_request(&[1.0]))
+                        .send()
+                        .await
+                        .expect("POST");
+                    answers.push((response.status().as_u16(), response.text().await.expect("body")));
+                }
+                answers
+            })
+        })
+        .collect();
+    let answers: Vec<(u16, String)> = common::join_all(tasks).await.into_iter().flatten().collect();
+    assert_eq!(answers.len(), 1000);
+    for (status, body) in &answers {
+        assert_eq!(*status, 500, "{body}");
+        assert!(body.contains("broken") && body.contains("predict.wasm"), "{body}");
+    }
+    let page = scrape(&server).await;
+    assert_eq!(
+        page.value("tensorplug_residency_loads_total", &[("outcome", "failed")]),
+        1.0,
+        "one load, no recompile per request"
+    );
+    assert_eq!(
+        server.get("/v2/health/ready").await.0,
+        200,
+        "one tenant's broken model is its own"
+    );
+    assert_eq!(infer(&server, "good", &[3.0]).await.0, 200);
+
+    // Fixed: the watcher indexes the folder again, and the next request loads it.
+    std::fs::copy(
+        common::root().join("tests/models/faulty/predict.wasm"),
+        repository.path().join("broken/predict.wasm"),
+    )
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            infer(&server, "broken", &[1.0]).await.0 == 200
+        })
+        .await,
+        "the fixed model never answered: {:?}",
+        rows(&server).await
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_evicts_the_least_recently_used_model_by_what_it_measures_and_it_comes_back() {
+    let repository = faulty_models(&["a", "b", "c"]);
+    for model in ["a", "b", "c"] {
+        // Each holds ~17 MiB once loaded (16 kept by its init): two fit in 40, not three.
+        let toml = repository.path().join(model).join("model.toml");
+        let text = std::fs::read_to_string(&toml).unwrap();
+        std::fs::write(&toml, format!("{text}\n[parameters]\nkeep_mib = 16\n")).unwrap();
+    }
+    let mut config = on_demand(repository.path());
+    config.memory_budget_mib = Some(40);
+    let server = TestServer::start_with(config).await;
+    for model in ["a", "b"] {
+        assert_eq!(infer(&server, model, &[1.0]).await.0, 200);
+    }
+    let held = rows(&server).await;
+    let (a, b) = (
+        held["a"]["memory_bytes"].as_u64().unwrap(),
+        held["b"]["memory_bytes"].as_u64().unwrap(),
+    );
+    assert!(a > 16 << 20 && b > 16 << 20 && a + b < 40 << 20, "measured: {a} {b}");
+
+    // c, never loaded, reserves its files' size; measured once loaded, the three pass
+    // the budget: a, least recently used, goes.
+    assert_eq!(infer(&server, "c", &[1.0]).await.0, 200);
+    let after = rows(&server).await;
+    let states = |rows: &std::collections::BTreeMap<String, Value>| {
+        ["a", "b", "c"].map(|m| rows[m]["state"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(states(&after), ["STANDBY", "READY", "READY"], "{after:?}");
+    let page = scrape(&server).await;
+    assert_eq!(
+        page.value("tensorplug_residency_evictions_total", &[("cause", "budget")]),
+        1.0
+    );
+    let resident = page.value("tensorplug_resident_memory_bytes", &[]);
+    assert!(resident <= (40 << 20) as f64, "resident {resident} within the budget");
+    assert_eq!(page.value("tensorplug_memory_budget_bytes", &[]), (40 << 20) as f64);
+
+    // a comes back on its next request, answering as before: it is known to hold ~17
+    // MiB, so its load makes that room first, evicting b, now the least recently used.
+    let (status, body) = infer(&server, "a", &[4.0]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(output_f32(&body, "y"), vec![8.0]);
+    assert_eq!(states(&rows(&server).await), ["READY", "STANDBY", "READY"]);
+    let page = scrape(&server).await;
+    assert_eq!(
+        page.value("tensorplug_residency_evictions_total", &[("cause", "budget")]),
+        2.0
+    );
+    assert!(page.value("tensorplug_resident_memory_bytes", &[]) <= (40 << 20) as f64);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_grows_past_the_budget_sends_its_idle_neighbours_away() {
+    let repository = faulty_models(&["a", "b", "grower"]);
+    let mut config = on_demand(repository.path());
+    config.memory_budget_mib = Some(40);
+    let server = TestServer::start_with(config).await;
+    for model in ["a", "b", "grower"] {
+        assert_eq!(infer(&server, model, &[1.0]).await.0, 200);
+    }
+    // 16 MiB more a call, measured as it grows: past the budget by the third.
+    for _ in 0..3 {
+        assert_eq!(infer(&server, "grower", &[-24.0]).await.0, 200);
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            let rows = rows(&server).await;
+            rows["a"]["state"] == "STANDBY" && rows["b"]["state"] == "STANDBY"
+        })
+        .await,
+        "{:?}",
+        rows(&server).await
+    );
+    let page = scrape(&server).await;
+    assert!(page.value("tensorplug_residency_evictions_total", &[("cause", "budget")]) >= 2.0);
+    // Idle itself, the grower goes too: what stays resident is within the budget.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            scrape(&server).await.value("tensorplug_resident_memory_bytes", &[]) <= (40 << 20) as f64
+        })
+        .await
+    );
+    assert_eq!(infer(&server, "a", &[2.0]).await.0, 200, "a comes back");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nothing_to_evict_a_grower_meets_its_own_cap_and_a_cold_load_gets_503_in_its_deadline() {
+    let repository = faulty_models(&["a", "grower", "cold"]);
+    let mut config = on_demand(repository.path());
+    config.memory_budget_mib = Some(40);
+    // Everything used within a minute stays: nothing can be evicted.
+    config.min_residency_secs = 60;
+    let server = TestServer::start_with(config).await;
+    assert_eq!(infer(&server, "a", &[1.0]).await.0, 200);
+    let mut statuses = Vec::new();
+    for _ in 0..7 {
+        statuses.push(infer(&server, "grower", &[-24.0]).await.0);
+    }
+    // 16 MiB a call from ~1 MiB: the fourth passes limits.memory_mib (64) and traps; its
+    // instance is replaced (its memory given back) and the next ones are answered, the
+    // new instance growing to ~49 MiB again: over the budget.
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 500, 200, 200, 200],
+        "the cap stops the grower"
+    );
+    let held = rows(&server).await["grower"]["memory_bytes"].as_u64().unwrap();
+    assert!(held < 64 << 20, "{held}");
+
+    // Over the budget, nothing evictable: a cold model's first request waits within its
+    // own deadline, then 503 with Retry-After; counted.
+    let mut request = common::items_request(&[1.0]);
+    request["parameters"] = serde_json::json!({ "timeout": 300_000 });
+    let started = Instant::now();
+    let response = server
+        .client
+        .post(server.url("/v2/models/cold/infer"))
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let body = response.text().await.unwrap();
+    assert!(body.contains("memory budget"), "{body}");
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    let page = scrape(&server).await;
+    assert!(page.value("tensorplug_residency_unavailable_total", &[]) >= 1.0);
+    assert!(page.value("tensorplug_residency_budget_waits_total", &[]) >= 1.0);
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            state(&server, "cold").await == "STANDBY"
+        })
+        .await,
+        "not loaded over the budget, and its load given up once nobody waits"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_evicted_as_its_requests_arrive_is_loaded_again_never_lost() {
+    let repository = faulty_models(&["a", "b"]);
+    let mut config = on_demand(repository.path());
+    // Room for one model (1.3 MiB each, measured) at a time: every request for the other
+    // one evicts it as soon as nothing holds it, while requests for it keep arriving.
+    config.memory_budget_mib = Some(2);
+    let server = TestServer::start_with(config).await;
+    let tasks: Vec<_> = [["a", "b"], ["b", "a"]]
+        .into_iter()
+        .map(|order| {
+            let (client, base) = (server.client.clone(), server.url("/v2/models/"));
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                let until = Instant::now() + Duration::from_secs(3);
+                for k in 0.. {
+                    if Instant::now() >= until {
+                        break;
+                    }
+                    let response = client
+                        .post(format!("{base}{}/infer", order[k % 2]))
+                        .json(&common::items_request(&[k as f32]))
+                        .send()
+                        .await
+                        .expect("POST");
+                    let status = response.status().as_u16();
+                    let body: Value = response.json().await.expect("JSON");
+                    if status == 200 {
+                        assert_eq!(output_f32(&body, "y"), vec![2.0 * k as f32]);
+                    }
+                    statuses.push(status);
+                }
+                statuses
+            })
+        })
+        .collect();
+    let statuses: Vec<u16> = common::join_all(tasks).await.into_iter().flatten().collect();
+    let answered = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!(answered, statuses.len(), "every request answered: {statuses:?}");
+    let page = scrape(&server).await;
+    let evictions = page.value("tensorplug_residency_evictions_total", &[("cause", "budget")]);
+    eprintln!("{} requests, {evictions} evictions", statuses.len());
+    assert!(evictions >= 10.0, "{evictions}");
+    assert!(page.value("tensorplug_resident_memory_bytes", &[]) <= (2 << 20) as f64);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_model_goes_back_to_standby_and_a_pinned_one_stays() {
+    let repository = faulty_models(&["idle", "pinned"]);
+    let toml = repository.path().join("pinned/model.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    std::fs::write(&toml, format!("{text}\n[residency]\npinned = true\n")).unwrap();
+    let mut config = on_demand(repository.path());
+    config.idle_unload_secs = 1;
+    let server = TestServer::start_with(config).await;
+    assert_eq!(state(&server, "pinned").await, "READY", "pinned: loaded at start");
+    assert_eq!(infer(&server, "idle", &[1.0]).await.0, 200);
+    assert_eq!(state(&server, "idle").await, "READY");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            state(&server, "idle").await == "STANDBY"
+        })
+        .await,
+        "never unloaded"
+    );
+    assert_eq!(state(&server, "pinned").await, "READY");
+    let page = scrape(&server).await;
+    assert_eq!(
+        page.value("tensorplug_residency_evictions_total", &[("cause", "idle")]),
+        1.0
+    );
+    assert_eq!(
+        page.value("tensorplug_residency_loads_total", &[("trigger", "startup")]),
+        1.0
+    );
+    // Still known and ready; its next request loads it again.
+    assert_eq!(server.get("/v2/models/idle/ready").await.0, 200);
+    assert_eq!(infer(&server, "idle", &[1.0]).await.0, 200);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_repository_api_pins_a_model_resident_and_unload_sends_it_to_standby() {
+    let repository = faulty_models(&["m"]);
+    let mut config = on_demand(repository.path());
+    config.idle_unload_secs = 1;
+    config.admin_token = Some("token".into());
+    let server = TestServer::start_with(config).await;
+    let post = |path: &'static str| server.client.post(server.url(path)).bearer_auth("token").send();
+    assert_eq!(post("/v2/repository/models/m/load").await.unwrap().status(), 200);
+    let index: Value = post("/v2/repository/index").await.unwrap().json().await.unwrap();
+    assert_eq!(index[0]["state"], "READY");
+    assert_eq!(index[0]["pinned"], true);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let index: Value = post("/v2/repository/index").await.unwrap().json().await.unwrap();
+    assert_eq!(index[0]["state"], "READY", "pinned: never idle-unloaded");
+    assert_eq!(post("/v2/repository/models/m/unload").await.unwrap().status(), 200);
+    let index: Value = post("/v2/repository/index").await.unwrap().json().await.unwrap();
+    assert_eq!(index[0]["state"], "STANDBY", "{index}");
+    assert_eq!(infer(&server, "m", &[1.0]).await.0, 200);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_request_over_grpc_loads_its_model_too() {
+    let repository = faulty_models(&["a"]);
+    let server = TestServer::start_with_grpc(on_demand(repository.path())).await;
+    let mut client = server.grpc_client().await;
+    let request = tensorplug::protocol::grpc::proto::ModelInferRequest {
+        model_name: "a".into(),
+        ..common::grpc::faulty_request(&[1.5])
+    };
+    let answer = client.model_infer(request).await.expect("answered").into_inner();
+    let y: Vec<f32> = answer.raw_output_contents[0]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    assert_eq!(y, vec![3.0]);
+    assert_eq!(state(&server, "a").await, "READY");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_filled_by_tensorplug_compile_serves_first_requests_without_compiling() {
+    // Two models whose stages differ in bytes (as two tenants' would), and a fresh cache.
+    let repository = faulty_models(&["a", "b"]);
+    let wasm = repository.path().join("b/predict.wasm");
+    let mut bytes = std::fs::read(&wasm).unwrap();
+    bytes.extend_from_slice(b"\x00\x09\x08tenant-b");
+    std::fs::write(&wasm, bytes).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tensorplug"))
+        .arg("compile")
+        .arg(repository.path())
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .output()
+        .expect("tensorplug compile");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        printed.contains("ok     a: predict") && printed.contains("ok     b: predict"),
+        "{printed}"
+    );
+    assert!(printed.contains("2 models, 2 stages compiled"), "{printed}");
+
+    let cache_dir = cache.path().to_str().unwrap();
+    let server = common::process::ServerProcess::spawn(
+        repository.path(),
+        &["--residency", "on-demand", "--cache-dir", cache_dir],
+    )
+    .await;
+    for model in ["a", "b"] {
+        let response = server
+            .client
+            .post(server.url(&format!("/v2/models/{model}/infer")))
+            .json(&common::items_request(&[1.0]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let page = common::metrics::scrape_process(&server).await;
+    assert_eq!(
+        page.value(
+            "tensorplug_residency_loads_total",
+            &[("trigger", "request"), ("compiled", "false"), ("outcome", "ready")]
+        ),
+        2.0,
+        "{}",
+        page.text
+    );
+    let ready = server
+        .wait_for_log("b ready", |line| {
+            line.contains("model ready") && (line.contains("model=b ") || line.contains("model=\"b\""))
+        })
+        .await;
+    assert!(ready.contains("cached: true"), "{ready}");
+
+    // A broken stage makes `compile` fail, naming it.
+    std::fs::write(repository.path().join("a/predict.wasm"), b"not wasm").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tensorplug"))
+        .args(["compile"])
+        .arg(repository.path())
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .output()
+        .expect("tensorplug compile");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(printed.contains("error  a: predict"), "{printed}");
+}
