@@ -573,3 +573,91 @@ async fn a_cache_filled_by_tensorplug_compile_serves_first_requests_without_comp
     assert_eq!(output.status.code(), Some(1), "{printed}");
     assert!(printed.contains("error  a: predict"), "{printed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_models_on_standby_and_two_hundred_resident_keep_a_scrape_under_a_megabyte() {
+    let repository = tempfile::tempdir().expect("temp dir");
+    let plugin = common::root().join("tests/models/faulty/predict.wasm");
+    let toml = common::faulty_config("max_batch_size = 8", "instances = 1");
+    for k in 0..10_000 {
+        let dir = repository.path().join(format!("m{k}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::hard_link(&plugin, dir.join("predict.wasm")).unwrap();
+        std::fs::write(dir.join("model.toml"), &toml).unwrap();
+    }
+    let started = Instant::now();
+    let server = TestServer::start_with(on_demand(repository.path())).await;
+    eprintln!("10,000 models indexed and ready in {:?}", started.elapsed());
+    let page = scrape(&server).await;
+    assert_eq!(page.value("tensorplug_models", &[("state", "standby")]), 10_000.0);
+    assert!(
+        page.text.len() < 64 << 10,
+        "standby models have no series: {} bytes",
+        page.text.len()
+    );
+
+    let tasks: Vec<_> = (0..4)
+        .map(|part| {
+            let (client, base) = (server.client.clone(), server.url("/v2/models/"));
+            tokio::spawn(async move {
+                for k in (part..200).step_by(4) {
+                    let response = client
+                        .post(format!("{base}m{k}/infer"))
+                        .json(&common::items_request(&[1.0]))
+                        .send()
+                        .await
+                        .expect("POST");
+                    assert_eq!(response.status(), 200);
+                }
+            })
+        })
+        .collect();
+    common::join_all(tasks).await;
+    let page = scrape(&server).await;
+    assert_eq!(page.value("tensorplug_models", &[("state", "ready")]), 200.0);
+    eprintln!("a scrape with 200 of 10,000 models resident: {} bytes", page.text.len());
+    assert!(page.text.len() < 1 << 20, "{} bytes", page.text.len());
+    // Their latencies are on the page, server-wide.
+    assert_eq!(
+        page.histogram_count(
+            "tensorplug_all_models_request_duration_seconds",
+            &[("protocol", "rest")]
+        ),
+        200.0
+    );
+    assert!(!page.has("tensorplug_request_duration_seconds_count", &[("model", "m0")]));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_asks_for_histograms_of_its_own_on_demand() {
+    let repository = faulty_models(&["own", "plain"]);
+    let toml = repository.path().join("own/model.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    std::fs::write(&toml, format!("{text}\n[metrics]\nhistograms = true\n")).unwrap();
+    let server = TestServer::start_with(on_demand(repository.path())).await;
+    for model in ["own", "plain"] {
+        assert_eq!(infer(&server, model, &[1.0]).await.0, 200);
+    }
+    let page = scrape(&server).await;
+    let stage = |model| {
+        page.has(
+            "tensorplug_stage_seconds_count",
+            &[("model", model), ("stage", "predict")],
+        )
+    };
+    assert!(stage("own") && !stage("plain"));
+    assert_eq!(
+        page.value(
+            "tensorplug_requests_total",
+            &[("model", "plain"), ("protocol", "rest"), ("status", "200")]
+        ),
+        1.0,
+        "counters stay per model"
+    );
+    assert_eq!(
+        page.histogram_count("tensorplug_all_models_stage_seconds", &[("stage", "predict")]),
+        2.0
+    );
+    server.stop().await;
+}

@@ -99,6 +99,10 @@ pub struct ModelConfig {
     /// `[residency] pinned`: resident from the start and never evicted, even when the
     /// server loads models on demand.
     pub pinned: bool,
+    /// `[metrics] histograms`: whether the model keeps latency histograms of its own on
+    /// `/metrics` (beside the server-wide ones); `None`: the server's default (yes when
+    /// every model is resident, no on demand).
+    pub histograms: Option<bool>,
 }
 
 /// One graph of `[graphs]`: `name = "file.onnx"` (run by tract), or
@@ -182,6 +186,14 @@ struct RawModel {
     openai: Option<RawOpenAi>,
     #[serde(default)]
     residency: RawResidency,
+    #[serde(default)]
+    metrics: RawMetrics,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    histograms: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -538,6 +550,7 @@ impl ModelConfig {
             openai_embeddings,
             graphs,
             pinned: raw.residency.pinned,
+            histograms: raw.metrics.histograms,
         })
     }
 

@@ -237,6 +237,21 @@ impl Collector for ModelsCollector {
             }
         }
 
+        // The same histograms over every model together: what a page keeps however many
+        // models there are (a model's own are opt-in under on-demand residency).
+        if let Some(histograms) = self.repository.server_stats().and_then(|s| Some((s, s.histograms()?))) {
+            let (server, histograms) = histograms;
+            for family in &HISTOGRAMS {
+                let name = family.name.replacen("tensorplug_", "tensorplug_all_models_", 1);
+                let help = format!("{}, every model together", family.help);
+                let mut metric = encoder.encode_descriptor(&name, &help, None, MetricType::Histogram)?;
+                for (extra, histogram) in (family.series)(server, histograms) {
+                    let extra: Vec<_> = extra.into_iter().map(|(name, value)| (name, Escaped(value))).collect();
+                    histogram.encode(metric.encode_family(&extra)?)?;
+                }
+            }
+        }
+
         let gauges: [GaugeFamily; 5] = [
             (
                 "tensorplug_model_memory_bytes",

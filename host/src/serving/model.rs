@@ -27,6 +27,15 @@ pub enum StartError {
     Threads(std::io::Error),
 }
 
+/// Which latency histograms a model version keeps: with metrics on (`server` is the
+/// server-wide statistics every model also counts in), its own too when its
+/// `[metrics] histograms` says so, else `by_default`.
+#[derive(Clone, Copy)]
+pub struct Histogramming<'a> {
+    pub server: Option<&'a Arc<ModelStats>>,
+    pub by_default: bool,
+}
+
 /// A model version that is ready to serve.
 pub struct Model {
     pub config: ModelConfig,
@@ -49,13 +58,18 @@ impl Model {
     /// the current tokio runtime. The threads exit by themselves once the model is
     /// dropped and its queue is drained. `histograms`: whether to keep latency
     /// histograms (metrics on); `edges`: the edges whose requests are counted from the start.
-    pub fn start(loaded: LoadedModel, histograms: bool, edges: &[&'static EdgeLabel]) -> Result<Self, StartError> {
+    pub fn start(
+        loaded: LoadedModel,
+        histograms: Histogramming<'_>,
+        edges: &[&'static EdgeLabel],
+    ) -> Result<Self, StartError> {
         let LoadedModel {
             config,
             instances,
             shared,
         } = loaded;
-        let stats = Arc::new(ModelStats::new(histograms, edges));
+        let own = histograms.server.is_some() && config.histograms.unwrap_or(histograms.by_default);
+        let stats = Arc::new(ModelStats::new(own, edges).counted_in(histograms.server.cloned()));
         let (jobs_tx, jobs_rx) = super::handoff::queue();
         let policy = BatchPolicy {
             max_batch_size: config.batching.max_batch_size,

@@ -21,7 +21,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use super::model::{Model, StartError};
+use super::model::{Histogramming, Model, StartError};
 use super::residency::{
     LoadLabels as ResidencyLoadLabels, LoadTrigger, OnDemandLoad, Reservations, ResidencyMetrics, ResidencyPolicy,
     Standby, API, RELOAD, UNLOADED,
@@ -216,8 +216,9 @@ pub struct Repository {
     root: PathBuf,
     runtime: Runtime,
     pub(super) entries: ArcSwap<BTreeMap<String, Arc<Slot>>>,
-    /// Whether models keep latency histograms (metrics on).
-    histograms: bool,
+    /// The statistics of every model together, whose latency histograms are on the
+    /// metrics page however many models there are (metrics on).
+    server_stats: Option<Arc<super::ModelStats>>,
     /// The edges that serve the models, counted from each model's start.
     edges: Vec<&'static EdgeLabel>,
     /// Loads and reloads by model and outcome.
@@ -261,7 +262,7 @@ impl Repository {
             root: root.to_path_buf(),
             runtime,
             entries: ArcSwap::from_pointee(BTreeMap::new()),
-            histograms,
+            server_stats: histograms.then(|| Arc::new(super::ModelStats::new(true, &[]))),
             edges: Vec::new(),
             loads: Family::default(),
             draining: std::sync::atomic::AtomicBool::new(false),
@@ -284,7 +285,20 @@ impl Repository {
     /// The same, with the requests of `edges` counted (zero series on the metrics page)
     /// from each model's start, before any request comes through them.
     pub fn served_by(self, edges: Vec<&'static EdgeLabel>) -> Self {
-        Self { edges, ..self }
+        let server_stats = self
+            .server_stats
+            .as_ref()
+            .map(|_| Arc::new(super::ModelStats::new(true, &edges)));
+        Self {
+            edges,
+            server_stats,
+            ..self
+        }
+    }
+
+    /// Every model's statistics together (metrics on).
+    pub fn server_stats(&self) -> Option<&Arc<super::ModelStats>> {
+        self.server_stats.as_ref()
     }
 
     /// The same, keeping models resident as `policy` says.
@@ -398,7 +412,13 @@ impl Repository {
         })
         .await
         .unwrap_or_else(|e| Err(RuntimeError::Sandbox(format!("loading panicked: {e}")).into()));
-        let histograms = self.histograms;
+        // Each resident model's own histograms are ~150 series: kept by default only when
+        // every model is resident (a node with hundreds resident on demand would serve
+        // scrapes of megabytes); the server-wide ones always.
+        let histograms = Histogramming {
+            server: self.server_stats.as_ref(),
+            by_default: !self.policy.on_demand(),
+        };
         let loaded = loaded
             .map_err(StartError::from)
             .and_then(|loaded| Model::start(loaded, histograms, &self.edges));

@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::histogram::AtomicHistogram;
@@ -127,8 +127,12 @@ pub struct ModelStats {
     /// Requests by the edge they came through, each edge in the first slot free when it
     /// answered its first request.
     edges: [OnceLock<EdgeRequests>; EDGES],
-    /// None when metrics are off (`--metrics off`).
+    /// None when metrics are off (`--metrics off`), or kept server-wide only (on-demand
+    /// residency, unless the model's `[metrics] histograms` asks for its own).
     histograms: Option<Histograms>,
+    /// The server's statistics of every model together, which everything counted here is
+    /// counted in too: the latency histograms a page keeps however many models there are.
+    server: Option<Arc<ModelStats>>,
 }
 
 /// A plain copy of [`ModelStats`]' counters.
@@ -189,11 +193,17 @@ impl ModelStats {
             requests_failed_ns: AtomicU64::new(0),
             edges: std::array::from_fn(|_| OnceLock::new()),
             histograms: histograms.then(Histograms::new),
+            server: None,
         };
         for edge in edges {
             stats.edge_requests(edge);
         }
         stats
+    }
+
+    /// The same, counting everything in `server` too (the server-wide statistics).
+    pub fn counted_in(self, server: Option<Arc<ModelStats>>) -> Self {
+        Self { server, ..self }
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {
@@ -232,6 +242,9 @@ impl ModelStats {
         if let Some(h) = &self.histograms {
             h.queue_wait.observe_duration(waited);
         }
+        if let Some(server) = &self.server {
+            server.record_queue_wait(waited);
+        }
     }
 
     /// A batch of `size` items ran through the pipeline in `elapsed`, each stage taking
@@ -245,6 +258,9 @@ impl ModelStats {
             for (kind, took) in stages {
                 h.stage[stage_index(*kind)].observe_duration(*took);
             }
+        }
+        if let Some(server) = &self.server {
+            server.record_batch(size, elapsed, stages);
         }
     }
 
@@ -265,12 +281,18 @@ impl ModelStats {
                 h.stage[stage_index(*kind)].observe_duration(*took);
             }
         }
+        if let Some(server) = &self.server {
+            server.record_rerun(elapsed, stages);
+        }
     }
 
     /// A request to this model came in through `edge` and was answered with the
     /// protocol-neutral `status` (an HTTP status number: 200 in full, anything else a
     /// failure), `elapsed` after it arrived.
     pub fn record_request(&self, edge: &'static EdgeLabel, status: u16, elapsed: Duration) {
+        if let Some(server) = &self.server {
+            server.record_request(edge, status, elapsed);
+        }
         let (count, ns) = if status == 200 {
             (&self.requests_ok, &self.requests_ok_ns)
         } else {
