@@ -4,7 +4,7 @@
 # image can be pulled (see its header for the layout: /usr/local/bin/tensorplug, /models,
 # the /var/cache/tensorplug volume, user 65532, ports 8080 and 8081).
 #
-# Usage: scripts/build-image.sh [--binary PATH] [--tag NAME]
+# Usage: scripts/build-image.sh [--binary PATH] [--tag NAME] [--precompile]
 #   (default) builds the static release binary (glibc with +crt-static, into
 #             <target>/x86_64-unknown-linux-gnu/release/) and the example plugins
 #   --binary  puts PATH in the image instead (e.g. target/debug/tensorplug, as
@@ -12,6 +12,11 @@
 #             one gets the libraries it links copied beside it
 #   --tag     the image's name (default tensorplug:<the tensorplug package's version, as
 #             cargo resolves it: the workspace's, which host/Cargo.toml inherits>)
+#   --precompile  the image carries a compile cache of its models: every stage compiled
+#             ahead of time by the image's own binary (`tensorplug compile`) into
+#             /var/cache/tensorplug, so that a container's loads read them back instead of
+#             compiling (a new volume mounted there starts with them: podman and docker
+#             copy an image's files into an empty volume); larger by their compiled code
 # Prints the image's name and size. Needs root (or sudo-less rootful) buildah and podman,
 # which it installs (scripts/toolchains.sh image: Debian's, pinned) when they are missing.
 set -euo pipefail
@@ -26,12 +31,14 @@ export CONTAINERS_CONF="$root/scripts/containers.conf"
 version="$(cargo pkgid -p tensorplug 2>/dev/null | sed -n 's/.*[#@]\([0-9][^#@]*\)$/\1/p')"
 [[ -n "$version" ]] || fail "cannot tell the tensorplug package's version (cargo pkgid -p tensorplug)"
 binary=""
+precompile=false
 tag="tensorplug:$version"
 while [[ $# -gt 0 ]]; do
     case "$1" in
     --binary) binary="$2"; shift 2 ;;
+    --precompile) precompile=true; shift ;;
     --tag) tag="$2"; shift 2 ;;
-    *) fail "unknown argument '$1' (usage: scripts/build-image.sh [--binary PATH] [--tag NAME])" ;;
+    *) fail "unknown argument '$1' (usage: scripts/build-image.sh [--binary PATH] [--tag NAME] [--precompile])" ;;
     esac
 done
 # Installed here, for this purpose only (pinned; nothing to do when they are there).
@@ -77,7 +84,18 @@ for model in "${models[@]}"; do
     buildah copy --quiet "$container" "$model" "/models/$(basename "$model")" >/dev/null
 done
 # The compile cache's mount point, the only folder the server writes.
-buildah copy --quiet --chown 65532:65532 "$container" "$empty" /var/cache/tensorplug >/dev/null
+cache="$empty"
+if $precompile; then
+    cache="$(mktemp -d)"
+    repository="$(mktemp -d)"
+    for model in "${models[@]}"; do
+        ln -s "$root/$model" "$repository/$(basename "$model")"
+    done
+    "$binary" compile "$repository" --cache-dir "$cache" >&2 || fail "tensorplug compile failed on the image's models"
+    rm -rf "$repository"
+fi
+buildah copy --quiet --chown 65532:65532 "$container" "$cache" /var/cache/tensorplug >/dev/null
+[[ "$cache" == "$empty" ]] || rm -rf "$cache"
 buildah config \
     --env TENSORPLUG_CACHE_DIR=/var/cache/tensorplug \
     --user 65532:65532 \

@@ -3,9 +3,10 @@
 # with scripts/build-image.sh around the binary of this checkout's test build
 # (target/debug/tensorplug; the release image differs only in the binary's optimisation
 # and in being static), then, each on loopback ports:
-#   1. with --read-only and a cache volume (seeded with the test build's compile cache,
-#      when there is one: the same wasmtime, so the 13-19 MB Python and JavaScript
-#      components are not compiled twice in one test run): ready, the digits oracle's first
+#   1. with --read-only and a new cache volume, which starts with the compile cache the
+#      image carries (built with --precompile: every stage compiled once, ahead of time,
+#      by the image's binary): ready without compiling anything (every `model ready`
+#      line says `cached: true` or `shared with a loaded stage`), the digits oracle's first
 #      100 requests (tests/e2e checks all 450 per model in-process) answered right by the Rust, Python, JavaScript and three-language models;
 #      then SIGTERM: the server drains and exits 0 well within the grace;
 #   2. the same volume again: ready from the warm compile cache;
@@ -49,7 +50,7 @@ fi
 
 cargo build --locked -p tensorplug --bin tensorplug >/dev/null 2>&1 ||
     fail "cargo build -p tensorplug failed"
-built="$(./scripts/build-image.sh --binary "$target_dir/debug/tensorplug")"
+built="$(./scripts/build-image.sh --binary "$target_dir/debug/tensorplug" --precompile)"
 printf 'image: %s\n' "$built"
 [[ "${built%% *}" == "$tag" ]] || fail "build-image.sh named the image '${built%% *}', not $tag"
 
@@ -81,15 +82,14 @@ stop() {
 
 port="$(free_port)"
 podman volume create "$volume" >/dev/null
-if [[ -d "$target_dir/tmp/compile-cache" ]]; then
-    seeded="$(podman volume inspect --format '{{.Mountpoint}}' "$volume")"
-    cp -a "$target_dir/tmp/compile-cache/." "$seeded/"
-    chown -R 65532:65532 "$seeded"
-    cache="seeded with the test build's compile cache"
-else
-    cache="cold compile cache"
-fi
 cold="$(start "$port" --read-only -v "$volume:/var/cache/tensorplug")"
+log="$(podman logs "$name" 2>&1)"
+grep -q "model ready" <<<"$log" || { echo "$log" >&2; fail "no model ready"; }
+if grep "model ready" <<<"$log" | grep -q "cached: \(false\|unknown\)"; then
+    echo "$log" >&2
+    fail "a load compiled: the image's compile cache did not serve it"
+fi
+cache="the image's precompiled cache"
 python3 - "$port" <<'EOF' || fail "the oracle was not answered right"
 import json, sys, urllib.request
 port = sys.argv[1]

@@ -51,11 +51,11 @@ async fn a_compile_past_its_limit_fails_that_load_naming_the_key() {
     let repository = common::faulty_repository(&faulty_config("max_batch_size = 4", "compile_timeout_ms = 1"));
     let other = repository.path().join("other");
     std::fs::create_dir(&other).unwrap();
-    std::fs::copy(
-        repository.path().join("faulty/predict.wasm"),
-        other.join("predict.wasm"),
-    )
-    .unwrap();
+    // Other bytes (a custom section of its own): a stage with the same bytes would wait
+    // for faulty's compile, or lend it its own, whichever loaded first.
+    let mut bytes = std::fs::read(repository.path().join("faulty/predict.wasm")).unwrap();
+    bytes.extend_from_slice(b"\x00\x06\x05other");
+    std::fs::write(other.join("predict.wasm"), bytes).unwrap();
     std::fs::write(other.join("model.toml"), faulty_config("max_batch_size = 4", "")).unwrap();
     // Uncached: a load from the cache could beat even 1 ms.
     let server = TestServer::start_with(ServeConfig::for_repository(repository.path())).await;
