@@ -19,10 +19,11 @@ BENCH_CONCURRENCY (32), BENCH_SECONDS (60), BENCH_FIRST (200), BENCH_INSTANCES (
 example's), BENCH_MIN_RESIDENCY_SECS (5), BENCH_BODIES (tests/data/digits/test_requests.jsonl),
 BENCH_KEEP (a folder to keep the repository and cache in, reused when present).
 """
-import argparse, http.client, json, os, re, shutil, socket, subprocess, sys, time
+import argparse, http.client, json, os, re, subprocess, sys, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import tenants
+from local import free_port, status_kib
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 parser = argparse.ArgumentParser()
@@ -44,17 +45,8 @@ bodies = env("BENCH_BODIES", f"{root}/tests/data/digits/test_requests.jsonl")
 keep = env("BENCH_KEEP")
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def status_mib(pid, field):
-    text = open(f"/proc/{pid}/status").read()
-    return int(re.search(rf"{field}:\s+(\d+)", text).group(1)) / 1024
+    return status_kib(pid, field) / 1024
 
 
 def percentile(values, q):
@@ -157,8 +149,10 @@ def sample(name, labels=""):
 
 def histogram_quantile(name, labels, q):
     buckets = sorted(
-        (float("inf") if m.group(1) == "+Inf" else float(m.group(1)), float(m.group(2)))
-        for m in re.finditer(rf'^{name}_bucket\{{{re.escape(labels)},le="([^"]+)"\}} (\S+)$', metrics, flags=re.M))
+        (float("inf") if le == "+Inf" else float(le), float(m.group(2)))
+        for m in re.finditer(rf"^{name}_bucket\{{([^}}]*)\}} (\S+)$", metrics, flags=re.M)
+        if labels in m.group(1).split(",")
+        for le in re.findall(r'le="([^"]+)"', m.group(1)))
     if not buckets or buckets[-1][1] == 0:
         return float("nan")
     target = q * buckets[-1][1]

@@ -13,10 +13,11 @@ Usage: python3 scripts/bench-memory.py [--retention N] EXAMPLE...   (e.g. digits
 Serves with target/release/tensorplug (cargo build --release -p tensorplug) on loopback;
 TENSORPLUG_BINARY names another binary.
 """
-import argparse, atexit, os, re, shutil, socket, subprocess, sys, tempfile, time, urllib.request
+import argparse, atexit, os, shutil, subprocess, sys, tempfile, time, urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import tenants
+from local import free_port, status_kib
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 binary = os.environ.get("TENSORPLUG_BINARY", f"{root}/target/release/tensorplug")
@@ -24,22 +25,9 @@ scratch = tempfile.mkdtemp(prefix="bench-memory-")
 atexit.register(shutil.rmtree, scratch, True)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def repo(example, copies, instances, alike):
     return tenants.make(f"{root}/examples/models/{example}", copies,
                         tempfile.mkdtemp(prefix="repo-", dir=scratch), instances, alike)
-
-
-def status_kib(pid, field):
-    status = open(f"/proc/{pid}/status").read()
-    return int(re.search(rf"{field}:\s+(\d+)", status).group(1))
 
 
 def get(url):

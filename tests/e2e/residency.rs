@@ -42,6 +42,13 @@ fn add_model(repository: &Path, name: &str) {
     .expect("model.toml");
 }
 
+/// Adds `table` (a TOML table, e.g. `[residency]\npinned = true`) to `model`'s model.toml.
+fn append_to_config(repository: &Path, model: &str, table: &str) {
+    let toml = repository.join(model).join("model.toml");
+    let text = std::fs::read_to_string(&toml).expect("model.toml");
+    std::fs::write(&toml, format!("{text}\n{table}\n")).expect("model.toml");
+}
+
 /// On-demand settings over `repository`: no budget, no idle unload, nothing protected.
 fn on_demand(repository: &Path) -> ServeConfig {
     let mut config = common::serve_config(repository);
@@ -234,9 +241,7 @@ async fn the_budget_evicts_the_least_recently_used_model_by_what_it_measures_and
     let repository = faulty_models(&["a", "b", "c"]);
     for model in ["a", "b", "c"] {
         // Each holds ~17 MiB once loaded (16 kept by its init): two fit in 40, not three.
-        let toml = repository.path().join(model).join("model.toml");
-        let text = std::fs::read_to_string(&toml).unwrap();
-        std::fs::write(&toml, format!("{text}\n[parameters]\nkeep_mib = 16\n")).unwrap();
+        append_to_config(repository.path(), model, "[parameters]\nkeep_mib = 16");
     }
     let mut config = on_demand(repository.path());
     config.memory_budget_mib = Some(40);
@@ -321,9 +326,14 @@ async fn a_model_that_grows_past_the_budget_sends_its_idle_neighbours_away() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_nothing_to_evict_a_grower_meets_its_own_cap_and_a_cold_load_gets_503_in_its_deadline() {
     let repository = faulty_models(&["a", "grower", "cold"]);
+    for model in ["a", "grower"] {
+        // A load of 250 ms (its init sleeps) is worth protecting: 20 loads' time, 5 s.
+        append_to_config(repository.path(), model, "[parameters]\nsleep_init_ms = 250");
+    }
     let mut config = on_demand(repository.path());
     config.memory_budget_mib = Some(40);
-    // Everything used within a minute stays: nothing can be evicted.
+    // Everything used within a minute stays, for as long as 20 of its loads take: nothing
+    // can be evicted during the test.
     config.min_residency_secs = 60;
     let server = TestServer::start_with(config).await;
     assert_eq!(infer(&server, "a", &[1.0]).await.0, 200);
@@ -426,9 +436,7 @@ async fn a_model_evicted_as_its_requests_arrive_is_loaded_again_never_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_model_goes_back_to_standby_and_a_pinned_one_stays() {
     let repository = faulty_models(&["idle", "pinned"]);
-    let toml = repository.path().join("pinned/model.toml");
-    let text = std::fs::read_to_string(&toml).unwrap();
-    std::fs::write(&toml, format!("{text}\n[residency]\npinned = true\n")).unwrap();
+    append_to_config(repository.path(), "pinned", "[residency]\npinned = true");
     let mut config = on_demand(repository.path());
     config.idle_unload_secs = 1;
     let server = TestServer::start_with(config).await;
@@ -632,9 +640,7 @@ async fn ten_thousand_models_on_standby_and_two_hundred_resident_keep_a_scrape_u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_asks_for_histograms_of_its_own_on_demand() {
     let repository = faulty_models(&["own", "plain"]);
-    let toml = repository.path().join("own/model.toml");
-    let text = std::fs::read_to_string(&toml).unwrap();
-    std::fs::write(&toml, format!("{text}\n[metrics]\nhistograms = true\n")).unwrap();
+    append_to_config(repository.path(), "own", "[metrics]\nhistograms = true");
     let server = TestServer::start_with(on_demand(repository.path())).await;
     for model in ["own", "plain"] {
         assert_eq!(infer(&server, model, &[1.0]).await.0, 200);
@@ -659,5 +665,29 @@ async fn a_model_asks_for_histograms_of_its_own_on_demand() {
         page.histogram_count("tensorplug_all_models_stage_seconds", &[("stage", "predict")]),
         2.0
     );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_loading_model_is_protected_for_twenty_of_its_loads_not_the_whole_minimum() {
+    let repository = faulty_models(&["a", "b"]);
+    let mut config = on_demand(repository.path());
+    config.memory_budget_mib = Some(2);
+    config.min_residency_secs = 60;
+    let server = TestServer::start_with(config).await;
+    assert_eq!(infer(&server, "a", &[1.0]).await.0, 200);
+    // b fits its files' size in, and measured it passes the budget: a, loaded in
+    // milliseconds, goes once 20 of its loads' time have passed, not after a minute.
+    let (status, body) = infer(&server, "b", &[1.0]).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            state(&server, "a").await == "STANDBY"
+        })
+        .await,
+        "{:?}",
+        rows(&server).await
+    );
+    assert!(scrape(&server).await.value("tensorplug_resident_memory_bytes", &[]) <= (2 << 20) as f64);
     server.stop().await;
 }

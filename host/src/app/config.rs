@@ -479,8 +479,8 @@ pub struct ServeConfig {
     pub memory_budget_mib: Option<u64>,
 
     /// With `--residency on-demand`: a model used (or loaded) within this many seconds
-    /// is not evicted to make room; a load waits for room instead (within its request's
-    /// deadline, then 503).
+    /// (or, if shorter, 20 times its own load time) is not evicted to make room; a load
+    /// waits for room instead (within its request's deadline, then 503).
     #[arg(long, env = "TENSORPLUG_MIN_RESIDENCY_SECS", default_value_t = 5)]
     pub min_residency_secs: u64,
 

@@ -48,6 +48,9 @@ pub struct Model {
     /// What it held once started, measured: what its next load makes room for, once it
     /// is evicted.
     pub loaded_bytes: u64,
+    /// How long its load took (compile or cache, init, start): what a reload would cost,
+    /// which its protection from eviction goes by. Set by whoever loaded it.
+    pub load_took: std::time::Duration,
     batcher: BatcherHandle,
     idle: IdlePath,
     completion: Completion,
@@ -105,6 +108,7 @@ impl Model {
             shared,
             last_used: LastUse::now(),
             loaded_bytes,
+            load_took: std::time::Duration::ZERO,
             batcher,
             idle,
             completion,

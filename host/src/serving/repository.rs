@@ -439,7 +439,8 @@ impl Repository {
             })
             .inc();
         match loaded {
-            Ok(model) => {
+            Ok(mut model) => {
+                model.load_took = started.elapsed();
                 tracing::info!(
                     model = name,
                     version = %model.config.version,
