@@ -192,7 +192,7 @@ impl TestServer {
     /// Waits until the server is live and no model is still loading (models load in
     /// the background once the server listens). Where the index is closed, readiness
     /// has to do.
-    async fn wait_ready(&self) {
+    pub async fn wait_ready(&self) {
         let started = std::time::Instant::now();
         while started.elapsed() < MODELS_LOAD_WITHIN {
             if self.settled().await {

@@ -594,8 +594,26 @@ async fn ten_thousand_models_on_standby_and_two_hundred_resident_keep_a_scrape_u
         std::fs::write(dir.join("model.toml"), &toml).unwrap();
     }
     let started = Instant::now();
-    let server = TestServer::start_with(on_demand(repository.path())).await;
-    eprintln!("10,000 models indexed and ready in {:?}", started.elapsed());
+    let server = TestServer::spawn(on_demand(repository.path()), false).await;
+    // While the repository is indexed, a model not indexed yet is not ready: 503, not 404.
+    let early = loop {
+        match server
+            .client
+            .post(server.url("/v2/models/m9999/infer"))
+            .json(&common::items_request(&[1.0]))
+            .send()
+            .await
+        {
+            Ok(response) => break response.status().as_u16(),
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    };
+    assert!([200, 503].contains(&early), "{early}");
+    server.wait_ready().await;
+    eprintln!(
+        "10,000 models indexed and ready in {:?} (the first request: {early})",
+        started.elapsed()
+    );
     let page = scrape(&server).await;
     assert_eq!(page.value("tensorplug_models", &[("state", "standby")]), 10_000.0);
     assert!(
@@ -634,6 +652,10 @@ async fn ten_thousand_models_on_standby_and_two_hundred_resident_keep_a_scrape_u
         200.0
     );
     assert!(!page.has("tensorplug_request_duration_seconds_count", &[("model", "m0")]));
+    assert!(
+        !page.has("tensorplug_model_loads_total", &[("model", "m0")]),
+        "loads are counted server-wide on demand (tensorplug_residency_loads_total)"
+    );
     server.stop().await;
 }
 

@@ -50,6 +50,8 @@ pub fn find(repository: &Repository, name: &str, version: Option<&str>) -> Resul
         Some(ModelStatus::Standby(standby)) => Found::Standby(standby),
         // Known, and on its way: worth a retry, unlike a name nobody serves.
         Some(ModelStatus::Loading) => return Err(ServeError::ModelNotReady(clip(name).into_owned())),
+        // Not indexed yet (on demand, at start): it may well be there in a moment.
+        None if repository.is_indexing() => return Err(ServeError::ModelNotReady(clip(name).into_owned())),
         Some(ModelStatus::Failed { reason }) if repository.policy().on_demand() => {
             return Err(RepositoryError::Broken {
                 name: clip(name).into_owned(),

@@ -138,13 +138,19 @@ pub fn index(repository: &Repository) -> Vec<IndexRow> {
             }
         })
         .collect();
+    // Folders not known (yet): being indexed at start (on demand), or not asked for.
+    let indexing = repository.is_indexing();
     for name in repository.model_folders().unwrap_or_default() {
         if !rows.iter().any(|row| row.name == name) {
             rows.push(IndexRow {
                 name,
-                state: ModelState::Unavailable,
+                state: if indexing {
+                    ModelState::Loading
+                } else {
+                    ModelState::Unavailable
+                },
                 version: None,
-                reason: Some("not loaded".into()),
+                reason: Some(if indexing { "indexing" } else { "not loaded" }.into()),
                 memory_bytes: None,
                 idle_ms: None,
                 pinned: false,

@@ -431,13 +431,17 @@ impl Repository {
                 outcome,
             })
             .inc();
-        self.loads
-            .get_or_create(&LoadLabels {
-                model: Escaped(name.to_owned()),
-                kind,
-                outcome,
-            })
-            .inc();
+        // Per model only when every model is resident: on demand, a node would keep a
+        // series for every model it ever loaded (the residency counter has them all).
+        if !self.policy.on_demand() {
+            self.loads
+                .get_or_create(&LoadLabels {
+                    model: Escaped(name.to_owned()),
+                    kind,
+                    outcome,
+                })
+                .inc();
+        }
         match loaded {
             Ok(mut model) => {
                 model.load_took = started.elapsed();
@@ -569,6 +573,11 @@ impl Repository {
         let attempted = fingerprint(dir);
         let status = indexed(dir);
         self.update(name, |_| Entry::new(status.clone(), attempted.clone()));
+    }
+
+    /// Whether the repository is being indexed (on demand, at start).
+    pub fn is_indexing(&self) -> bool {
+        self.indexing.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Says the repository is being indexed: not ready until [`Self::index_all`] is done.
