@@ -327,8 +327,8 @@ async fn a_model_that_grows_past_the_budget_sends_its_idle_neighbours_away() {
 async fn with_nothing_to_evict_a_grower_meets_its_own_cap_and_a_cold_load_gets_503_in_its_deadline() {
     let repository = faulty_models(&["a", "grower", "cold"]);
     for model in ["a", "grower"] {
-        // A load of 250 ms (its init sleeps) is worth protecting: 20 loads' time, 5 s.
-        append_to_config(repository.path(), model, "[parameters]\nsleep_init_ms = 250");
+        // A load of 500 ms (its init sleeps) is worth protecting: 20 loads' time, 10 s.
+        append_to_config(repository.path(), model, "[parameters]\nsleep_init_ms = 500");
     }
     let mut config = on_demand(repository.path());
     config.memory_budget_mib = Some(40);
@@ -703,7 +703,7 @@ async fn a_fast_loading_model_is_protected_for_twenty_of_its_loads_not_the_whole
     let (status, body) = infer(&server, "b", &[1.0]).await;
     assert_eq!(status, 200, "{body}");
     assert!(
-        eventually(Duration::from_secs(3), || async {
+        eventually(Duration::from_secs(10), || async {
             state(&server, "a").await == "STANDBY"
         })
         .await,
