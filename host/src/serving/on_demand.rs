@@ -218,15 +218,6 @@ impl Repository {
             .sum()
     }
 
-    /// How many models are resident.
-    pub fn resident_count(&self) -> usize {
-        self.entries
-            .load()
-            .values()
-            .filter(|slot| slot.entry.load().status.model().is_some())
-            .count()
-    }
-
     /// How long after its last use `model` is kept from eviction for room: the minimum
     /// residency, or less for a model that loads fast — a reload costs it little, so
     /// `PROTECTED_LOADS` of its own load time (a 5 ms Rust model: 100 ms; a 250 ms Python

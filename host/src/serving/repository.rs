@@ -393,10 +393,7 @@ impl Repository {
             // A live version keeps serving, and keeps its state, while the next one loads;
             // a model on standby stays servable (its requests wait for this load).
             Some(entry) if matches!(entry.status, ModelStatus::Ready { .. } | ModelStatus::Standby(_)) => entry.clone(),
-            _ => Entry {
-                status: ModelStatus::Loading,
-                ..entry.cloned().unwrap_or_else(|| Entry::new(ModelStatus::Loading, None))
-            },
+            _ => Entry::with_status(entry, ModelStatus::Loading),
         });
         let runtime = self.runtime.clone();
         let started = Instant::now();
@@ -456,12 +453,14 @@ impl Repository {
                 );
                 let model = Arc::new(model);
                 self.update(name, |entry| Entry {
-                    status: ModelStatus::Ready {
-                        model: model.clone(),
-                        last_error: None,
-                    },
                     attempted: attempted.clone(),
-                    pinned_by_api: entry.is_some_and(|e| e.pinned_by_api),
+                    ..Entry::with_status(
+                        entry,
+                        ModelStatus::Ready {
+                            model: model.clone(),
+                            last_error: None,
+                        },
+                    )
                 });
                 Ok(())
             }
@@ -478,9 +477,8 @@ impl Repository {
                         None => ModelStatus::Failed { reason },
                     };
                     Entry {
-                        status,
                         attempted: attempted.clone(),
-                        pinned_by_api: entry.is_some_and(|e| e.pinned_by_api),
+                        ..Entry::with_status(entry, status)
                     }
                 });
                 Err(RepositoryError::Load {
