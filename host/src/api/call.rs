@@ -146,21 +146,25 @@ impl InferCall {
         }
         let options = OutputOptions::from_request(&request);
         let id = request.id.clone();
-        let timeout = request_timeout(self.config(), &request)?;
-        let (model, spent) = self.resident(timeout).await?;
+        let (model, spent) = self.resident(|config| request_timeout(config, &request)).await?;
         let assembled = infer(&model, request, spent).await?;
         self.span.record("items", assembled.items);
         Ok(self.inferred(model, id, options, assembled))
     }
 
     /// The call's resident model, made resident first if it was found on standby (within
-    /// `timeout` from the call's arrival), with the time that took.
-    async fn resident(&self, timeout: Duration) -> Result<(Arc<Model>, Duration), ServeError> {
+    /// the `timeout` its configuration gives, from the call's arrival: only read then),
+    /// with the time that took.
+    async fn resident(
+        &self,
+        timeout: impl FnOnce(&ModelConfig) -> Result<Duration, ServeError>,
+    ) -> Result<(Arc<Model>, Duration), ServeError> {
         if let Some(model) = self.model.get() {
             return Ok((model.clone(), Duration::ZERO));
         }
-        let name = &self.found.config().name;
-        let deadline = tokio::time::Instant::from_std(self.arrived) + timeout;
+        let config = self.found.config();
+        let name = &config.name;
+        let deadline = tokio::time::Instant::from_std(self.arrived) + timeout(config)?;
         let (model, load) = self.repository.resident(name, deadline).await?;
         if let Some(version) = &self.version {
             // The folder changed while the model was on standby.
@@ -189,12 +193,14 @@ impl InferCall {
             .iter()
             .map(|request| (request.id.clone(), OutputOptions::from_request(request)))
             .collect();
-        let timeout = requests
-            .iter()
-            .filter_map(|request| request_timeout(self.config(), request).ok())
-            .min()
-            .unwrap_or(self.config().limits.request_timeout);
-        let (model, spent) = match self.resident(timeout).instrument(self.span.clone()).await {
+        let shortest = |config: &ModelConfig| {
+            Ok(requests
+                .iter()
+                .filter_map(|request| request_timeout(config, request).ok())
+                .min()
+                .unwrap_or(config.limits.request_timeout))
+        };
+        let (model, spent) = match self.resident(shortest).instrument(self.span.clone()).await {
             Ok(resident) => resident,
             Err(error) => {
                 self.failed(error.status(), &error);
