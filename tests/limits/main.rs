@@ -6,6 +6,7 @@
 mod common;
 
 mod answers;
+mod cold_storm;
 mod connections;
 mod grpc_connections;
 mod grpc_edge;
