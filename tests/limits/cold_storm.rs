@@ -78,7 +78,17 @@ async fn a_thousand_first_requests_to_a_thousand_models_are_answered_within_the_
     );
     assert!(ok > 0);
     assert!(peak_mib <= BUDGET_MIB + MARGIN_MIB, "peak RSS {peak_mib} MiB");
-    let page = common::metrics::scrape_process(&server).await;
-    let resident = page.value("tensorplug_resident_memory_bytes", &[]);
+    // Loads of models never seen reserve their files' size and measure more once loaded:
+    // the sum may pass the budget by that much until the enforcer evicts what its
+    // protection no longer covers (the peak RSS above bounds that meanwhile).
+    let mut resident = f64::MAX;
+    for _ in 0..100 {
+        let page = common::metrics::scrape_process(&server).await;
+        resident = page.value("tensorplug_resident_memory_bytes", &[]);
+        if resident <= (BUDGET_MIB << 20) as f64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(resident <= (BUDGET_MIB << 20) as f64, "{resident}");
 }
