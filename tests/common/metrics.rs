@@ -25,6 +25,13 @@ pub async fn scrape_process(server: &super::process::ServerProcess) -> Metrics {
     Metrics::parse(response.text().await.expect("metrics body"))
 }
 
+/// `/metrics` at `url`, parsed; `None` if it could not be fetched (a sampler that must not
+/// fail the test on one lost scrape).
+pub async fn scrape_url(url: &str) -> Option<Metrics> {
+    let response = reqwest::get(url).await.ok()?;
+    Some(Metrics::parse(response.text().await.ok()?))
+}
+
 async fn get_metrics(client: &reqwest::Client, url: String) -> reqwest::Response {
     let response = client.get(url).send().await.expect("GET /metrics");
     assert_eq!(response.status(), 200);

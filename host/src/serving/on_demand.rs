@@ -137,7 +137,12 @@ impl Repository {
         let reservation = match self.policy.budget_bytes {
             None => None,
             Some(budget) => {
-                let expected = standby.expected_bytes();
+                let expected = {
+                    let standby = standby.clone();
+                    tokio::task::spawn_blocking(move || standby.expected_bytes())
+                        .await
+                        .unwrap_or(0)
+                };
                 if expected > budget {
                     let reason = format!(
                         "it holds {} MiB (measured when it was last resident, or its files' size), more than the \

@@ -88,6 +88,13 @@ impl LastUse {
     }
 }
 
+/// Compiled code per byte of a stage's file, to reserve room for a model never loaded:
+/// cranelift's image of the Rust digits predict stage is 2.8 times its file.
+/// An over-estimate costs a first load only (what it then measures is reserved next time);
+/// an under-estimate lets the first loads of a storm pass the budget until the enforcer
+/// catches up.
+const COMPILED_PER_WASM_BYTE: u64 = 3;
+
 /// A model known, validated and servable, with nothing loaded: its next request loads it.
 #[derive(Debug)]
 pub struct Standby {
@@ -108,21 +115,28 @@ impl Standby {
     }
 
     /// The room a load of it makes under the budget: what it held last time, else (never
-    /// measured) its stage and graph files' size, less than any compiled model holds.
+    /// measured) what each of its instances declares it holds at instantiation, and its
+    /// stages' compiled code by their files' size (see [`COMPILED_PER_WASM_BYTE`]), and
+    /// its graph files. Reads its files: call it off
+    /// the async workers.
     pub fn expected_bytes(&self) -> u64 {
         if let Some(held) = self.held_bytes {
             return held;
         }
-        let files = self
+        let instances = self.config.limits.instances as u64;
+        let stages = self.config.stages.iter().map(|(_, file)| file).filter_map(|file| {
+            let wasm = std::fs::read(file).ok()?;
+            let declared = crate::runtime::declared_instance_bytes(&wasm).unwrap_or(0);
+            let code = (wasm.len() as u64).saturating_mul(COMPILED_PER_WASM_BYTE);
+            Some(code.saturating_add(declared.saturating_mul(instances)))
+        });
+        let graphs = self
             .config
-            .stages
+            .graphs
             .iter()
-            .map(|(_, file)| file)
-            .chain(self.config.graphs.iter().map(|graph| &graph.file));
-        files
-            .filter_map(|file| std::fs::metadata(file).ok())
-            .map(|meta| meta.len())
-            .sum()
+            .filter_map(|graph| std::fs::metadata(&graph.file).ok())
+            .map(|meta| meta.len());
+        stages.chain(graphs).fold(0, u64::saturating_add)
     }
 }
 
