@@ -583,6 +583,76 @@ async fn a_cache_filled_by_tensorplug_compile_serves_first_requests_without_comp
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stages_compiled_ahead_of_time_are_mapped_and_a_damaged_one_is_compiled_instead() {
+    let repository = faulty_models(&["a", "b"]);
+    let wasm = repository.path().join("b/predict.wasm");
+    let mut bytes = std::fs::read(&wasm).unwrap();
+    bytes.extend_from_slice(b"\x00\x09\x08tenant-b");
+    std::fs::write(&wasm, bytes).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_tensorplug"))
+        .arg("compile")
+        .arg(repository.path())
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .output()
+        .expect("tensorplug compile")
+        .status;
+    assert!(status.success());
+    let mut mapped: Vec<_> = std::fs::read_dir(cache.path().join("precompiled"))
+        .expect("a folder of compiled stages")
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    mapped.sort();
+    assert_eq!(mapped.len(), 2, "{mapped:?}");
+    assert!(mapped.iter().all(|file| file.extension().is_some_and(|e| e == "cwasm")));
+
+    // One of them damaged (cut in half, as a full disk might leave it): never mapped.
+    let b_digest = sha256_hex(&std::fs::read(&wasm).unwrap());
+    let damaged = mapped
+        .iter()
+        .find(|file| file.file_name().unwrap().to_string_lossy().starts_with(&b_digest))
+        .expect("b's stage");
+    let compiled = std::fs::read(damaged).unwrap();
+    std::fs::write(damaged, &compiled[..compiled.len() / 2]).unwrap();
+
+    let cache_dir = cache.path().to_str().unwrap();
+    let server = common::process::ServerProcess::spawn(
+        repository.path(),
+        &["--residency", "on-demand", "--cache-dir", cache_dir],
+    )
+    .await;
+    for model in ["a", "b"] {
+        let response = server
+            .client
+            .post(server.url(&format!("/v2/models/{model}/infer")))
+            .json(&common::items_request(&[1.0]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{model}");
+    }
+    let page = common::metrics::scrape_process(&server).await;
+    let loads = |compiled| {
+        page.value_or_zero(
+            "tensorplug_residency_loads_total",
+            &[("trigger", "request"), ("compiled", compiled), ("outcome", "ready")],
+        )
+    };
+    assert_eq!((loads("false"), loads("true")), (1.0, 1.0), "{}", page.text);
+    server
+        .wait_for_log("the damaged stage named", |line| {
+            line.contains("precompiled stage not used") && line.contains(&b_digest)
+        })
+        .await;
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_models_on_standby_and_two_hundred_resident_keep_a_scrape_under_a_megabyte() {
     let repository = tempfile::tempdir().expect("temp dir");
     let plugin = common::root().join("tests/models/faulty/predict.wasm");

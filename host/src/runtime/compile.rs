@@ -10,7 +10,8 @@
 //! compile, which cannot be interrupted, finishes on its own thread and is thrown away),
 //! so that a pathological module cannot stall a load for long. Compiles happen at load
 //! only, never on the serving path; each reports how long it took and whether the cache
-//! served it ([`CompileReport`]). A file whose bytes a loaded stage already holds is not
+//! served it ([`CompileReport`]). A stage `tensorplug compile` compiled ahead of time is
+//! mapped from the cache folder instead ([`super::precompiled`]). A file whose bytes a loaded stage already holds is not
 //! compiled again: it gets that stage's component ([`super::components`]).
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADA
 use wasmtime::component::Component;
 use wit_component::ComponentEncoder;
 
+use super::components::Digest;
 use super::Runtime;
 
 /// What kind of WebAssembly binary a file holds, from its 8-byte header.
@@ -91,10 +93,10 @@ pub fn compile(
     timeout: Duration,
 ) -> Result<(Arc<Component>, CompileReport), String> {
     let started = Instant::now();
-    let digest = super::components::Digest::of(&bytes);
+    let digest = Digest::of(&bytes);
     let (component, compiled) = runtime
         .components()
-        .get_or_compile(digest, || compile_afresh(runtime, bytes, timeout, started))?;
+        .get_or_compile(digest, || compile_afresh(runtime, &digest, bytes, timeout, started))?;
     let report = compiled.unwrap_or(CompileReport {
         took: started.elapsed(),
         source: CompileSource::LoadedStage,
@@ -103,46 +105,105 @@ pub fn compile(
 }
 
 /// Compiles the stage file `file` as a load would (read, wrapped if a core module,
-/// compiled within `timeout`), for the compile cache to keep: what `tensorplug compile`
-/// does ahead of time. Nothing is instantiated.
+/// compiled within `timeout`) and keeps it where loads map it from (the cache folder's
+/// [`super::precompiled::Precompiled`] stages; without a cache folder it is only checked): what `tensorplug
+/// compile` does ahead of time. Nothing is instantiated.
 pub fn precompile(runtime: &Runtime, file: &std::path::Path, timeout: Duration) -> Result<CompileReport, String> {
+    let started = Instant::now();
     let bytes = read_plugin(file)?;
-    compile(runtime, bytes, timeout).map(|(_, report)| report)
+    let Some(precompiled) = runtime.precompiled() else {
+        return compile(runtime, bytes, timeout).map(|(_, report)| report);
+    };
+    let digest = Digest::of(&bytes);
+    if precompiled.has(&digest) {
+        return Ok(CompileReport {
+            took: started.elapsed(),
+            source: CompileSource::Cache,
+        });
+    }
+    let bytes = as_component(bytes)?;
+    let engine = runtime.engine().clone();
+    let compiled = within(timeout, started, move || {
+        engine
+            .precompile_component(&bytes)
+            .map_err(|e| format!("cannot compile: {e:#}"))
+    })??;
+    precompiled
+        .save(&digest, &compiled)
+        .map_err(|e| format!("cannot keep its compiled code in the cache folder: {e}"))?;
+    Ok(CompileReport {
+        took: started.elapsed(),
+        source: CompileSource::Compiled,
+    })
+}
+
+/// The bytes of a component, or of a wasip1 core module wrapped into one.
+fn as_component(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    match classify(&bytes)? {
+        Binary::Component => Ok(bytes),
+        Binary::CoreModule => componentize(&bytes),
+    }
+}
+
+/// What `work` returns, run on a thread of its own, if it ends within what is left of
+/// `timeout` since `started` (a compile cannot be interrupted: past the limit it finishes
+/// on its thread and is thrown away).
+fn within<T: Send + 'static>(
+    timeout: Duration,
+    started: Instant,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    let (done, finished) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("tensorplug-compile".into())
+        .spawn(move || {
+            let _ = done.send(work());
+        })
+        .map_err(|e| format!("cannot start compiling: {e}"))?;
+    finished
+        .recv_timeout(timeout.saturating_sub(started.elapsed()))
+        .map_err(|_| {
+            format!(
+                "compiling took longer than {} ms (limits.compile_timeout_ms); refused",
+                timeout.as_millis()
+            )
+        })
 }
 
 fn compile_afresh(
     runtime: &Runtime,
+    digest: &Digest,
     bytes: Vec<u8>,
     timeout: Duration,
     started: Instant,
 ) -> Result<(Component, CompileReport), String> {
-    let bytes = match classify(&bytes)? {
-        Binary::Component => bytes,
-        Binary::CoreModule => componentize(&bytes)?,
-    };
+    let mapped = runtime
+        .precompiled()
+        .and_then(|precompiled| precompiled.load(runtime.engine(), digest));
+    if let Some(component) = mapped {
+        let took = started.elapsed();
+        return Ok((
+            component,
+            CompileReport {
+                took,
+                source: CompileSource::Cache,
+            },
+        ));
+    }
+    let bytes = as_component(bytes)?;
     let engine = runtime.engine().clone();
     let lookups = runtime.cache_lookups();
-    let (done, compiled) = std::sync::mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("tensorplug-compile".into())
-        .spawn(move || {
-            let _ = done.send(Component::new(&engine, &bytes).map_err(|e| format!("cannot compile: {e:#}")));
-        })
-        .map_err(|e| format!("cannot start compiling: {e}"))?;
-    let remaining = timeout.saturating_sub(started.elapsed());
-    match compiled.recv_timeout(remaining) {
-        Ok(result) => {
-            let source = served_by_cache(lookups, runtime.cache_lookups());
-            result.map(|component| {
-                let took = started.elapsed();
-                (component, CompileReport { took, source })
-            })
-        }
-        Err(_) => Err(format!(
-            "compiling took longer than {} ms (limits.compile_timeout_ms); refused",
-            timeout.as_millis()
-        )),
-    }
+    let component = within(timeout, started, move || {
+        Component::new(&engine, &bytes).map_err(|e| format!("cannot compile: {e:#}"))
+    })??;
+    let source = served_by_cache(lookups, runtime.cache_lookups());
+    Ok((
+        component,
+        CompileReport {
+            took: started.elapsed(),
+            source,
+        },
+    ))
 }
 
 /// Whether the cache served a compile, from its (hits, misses) before and after: with no

@@ -21,6 +21,11 @@ impl Digest {
     pub fn of(bytes: &[u8]) -> Self {
         Self(Sha256::digest(bytes).into())
     }
+
+    /// In lowercase hexadecimal, as file names carry it.
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
 }
 
 /// The components loaded stages hold, shared by the runtime's clones.

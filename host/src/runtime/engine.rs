@@ -14,6 +14,7 @@ use super::bindings::{log, metadata, metrics, nn};
 use super::components::Components;
 use super::deadline::EPOCH_TICK;
 use super::plugin_metrics::{PluginMetrics, PluginPage};
+use super::precompiled::Precompiled;
 use super::store::StoreState;
 use super::RuntimeError;
 
@@ -31,6 +32,8 @@ pub struct Runtime {
     plugin_page: Arc<PluginPage>,
     /// The compiled components loaded stages hold, by their bytes.
     components: Arc<Components>,
+    /// Stages compiled ahead of time into the cache folder, mapped by loads.
+    precompiled: Option<Precompiled>,
 }
 
 impl Runtime {
@@ -75,6 +78,7 @@ impl Runtime {
         nn::inference::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state).map_err(nn_error)?;
         nn::graph::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state).map_err(nn_error)?;
 
+        let precompiled = cache_dir.map(|dir| Precompiled::new(dir, &engine));
         let ticker = Ticker::start(engine.clone())?;
         Ok(Self {
             engine,
@@ -83,6 +87,7 @@ impl Runtime {
             cache: compile_cache,
             plugin_page: Arc::default(),
             components: Arc::default(),
+            precompiled,
         })
     }
 
@@ -96,6 +101,11 @@ impl Runtime {
     /// The plugin metrics of a new version `version` of `model`, on the server's page.
     pub fn plugin_metrics(&self, model: &str, version: &str) -> PluginMetrics {
         PluginMetrics::new(self.plugin_page.clone(), model, version)
+    }
+
+    /// The stages compiled ahead of time, if there is a cache folder.
+    pub(super) fn precompiled(&self) -> Option<&Precompiled> {
+        self.precompiled.as_ref()
     }
 
     pub(super) fn components(&self) -> &Components {

@@ -18,6 +18,7 @@ mod memory;
 pub mod nn;
 mod output;
 pub mod plugin_metrics;
+mod precompiled;
 mod shared;
 mod stage;
 mod store;
