@@ -372,8 +372,7 @@ fn a_loaded_model_runs_without_a_server_or_an_async_runtime() {
     use tensorplug::runtime::Runtime;
 
     let runtime = Runtime::new(None).expect("runtime");
-    let mut loaded =
-        LoadedModel::load(&runtime, &repository().join("digits"), Some(1)).expect("the digits model loads");
+    let mut loaded = LoadedModel::load(&runtime, &repository().join("digits"), |_| 1).expect("the digits model loads");
     let image = |pixels: &[f32]| {
         vec![Tensor {
             name: "input-0".into(),

@@ -783,3 +783,117 @@ async fn a_fast_loading_model_is_protected_for_twenty_of_its_loads_not_the_whole
     assert!(scrape(&server).await.value("tensorplug_resident_memory_bytes", &[]) <= (2 << 20) as f64);
     server.stop().await;
 }
+
+/// A model of `instances` instances at most whose calls are cut at 400 ms (its code -2
+/// loops until then), one item per batch: each slow request holds an instance.
+fn elastic_model(repository: &Path, name: &str, instances: usize, extra_limits: &str) {
+    let dir = repository.join(name);
+    std::fs::create_dir_all(&dir).expect("model folder");
+    std::fs::copy(
+        common::root().join("tests/models/faulty/predict.wasm"),
+        dir.join("predict.wasm"),
+    )
+    .expect("plugin");
+    let limits = format!("instances = {instances}\ntimeout_ms = 400\n{extra_limits}");
+    std::fs::write(
+        dir.join("model.toml"),
+        common::faulty_config("max_batch_size = 1", &limits),
+    )
+    .expect("model.toml");
+}
+
+/// Sends `count` slow requests at once to `model` and returns the most instances it had
+/// meanwhile (sampled every 20 ms).
+async fn most_instances_under_slow_requests(server: &TestServer, model: &str, count: usize) -> u64 {
+    let url = server.url(&format!("/v2/models/{model}/infer"));
+    let requests: Vec<_> = (0..count)
+        .map(|_| {
+            let (client, url) = (server.client.clone(), url.clone());
+            tokio::spawn(async move {
+                let response = client
+                    .post(url)
+                    .json(&common::items_request(&[-2.0]))
+                    .send()
+                    .await
+                    .expect("an answer");
+                response.status().as_u16()
+            })
+        })
+        .collect();
+    let mut most = 0;
+    while !requests.iter().all(|r| r.is_finished()) {
+        most = most.max(
+            common::stats(server, model).await["instances_live"]
+                .as_u64()
+                .unwrap_or(0),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for status in common::join_all(requests).await {
+        // Each slow item is cut at its call limit: a per-item error, never a lost request.
+        assert!(status == 500 || status == 504, "{status}");
+    }
+    most
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_follow_the_load_up_to_the_ceiling_and_back_down_to_the_floor() {
+    let repository = tempfile::tempdir().expect("temp dir");
+    elastic_model(repository.path(), "elastic", 3, "");
+    elastic_model(repository.path(), "to-zero", 2, "min_instances = 0");
+    let mut config = on_demand(repository.path());
+    config.instance_idle_secs = 1;
+    let server = TestServer::start_with(config).await;
+
+    // On demand a model starts with one instance (a quicker first answer, less held).
+    assert_eq!(infer(&server, "elastic", &[1.0]).await.0, 200);
+    assert_eq!(common::stats(&server, "elastic").await["instances_live"], 1);
+    // Requests waiting for an instance add one at a time, up to the ceiling, no further.
+    let most = most_instances_under_slow_requests(&server, "elastic", 9).await;
+    assert_eq!(most, 3, "grew to its ceiling of 3");
+    // Idle past the idle time, it goes back down to its floor of one.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            common::stats(&server, "elastic").await["instances_live"] == 1
+        })
+        .await,
+        "{}",
+        common::stats(&server, "elastic").await
+    );
+
+    // A floor of zero: idle, the model gives up every instance, stays resident and
+    // ready, and its next request makes one again.
+    assert_eq!(infer(&server, "to-zero", &[1.0]).await.0, 200);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            common::stats(&server, "to-zero").await["instances_live"] == 0
+        })
+        .await
+    );
+    assert_eq!(state(&server, "to-zero").await, "READY");
+    let (status, _) = server.get("/v2/models/to-zero/ready").await;
+    assert_eq!(status, 200);
+    let (status, body) = infer(&server, "to-zero", &[2.0]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(output_f32(&body, "y"), vec![4.0]);
+    assert_eq!(common::stats(&server, "to-zero").await["instances_live"], 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_is_added_only_if_the_budget_has_room_for_it() {
+    // One faulty instance holds ~1.1 MiB (its memories and table) beside ~0.6 MiB of code:
+    // a 3 MiB budget has room for a second instance, not a third.
+    let repository = tempfile::tempdir().expect("temp dir");
+    elastic_model(repository.path(), "elastic", 4, "");
+    let mut config = on_demand(repository.path());
+    config.memory_budget_mib = Some(3);
+    let server = TestServer::start_with(config).await;
+    assert_eq!(infer(&server, "elastic", &[1.0]).await.0, 200);
+    let most = most_instances_under_slow_requests(&server, "elastic", 8).await;
+    assert_eq!(most, 2, "the budget held it to two instances of four");
+    let page = scrape(&server).await;
+    assert!(page.value("tensorplug_resident_memory_bytes", &[]) <= (3 << 20) as f64);
+    assert_eq!(infer(&server, "elastic", &[1.0]).await.0, 200);
+    server.stop().await;
+}

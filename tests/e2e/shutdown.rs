@@ -131,6 +131,33 @@ async fn a_shutdown_delay_serves_new_connections_with_readiness_off() {
     );
 }
 
+/// On demand, a model on standby is still loaded by a request that comes during the
+/// shutdown delay (a balancer that has not seen readiness turn off sends it here): it is
+/// answered, not refused as if the drain had begun.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_a_shutdown_delay_a_model_on_standby_is_still_loaded_for_its_request() {
+    let repository = common::faulty_repository(&common::faulty_config("max_batch_size = 4", "instances = 1"));
+    let mut server = ServerProcess::spawn(
+        repository.path(),
+        &["--residency", "on-demand", "--shutdown-delay-ms", "1500"],
+    )
+    .await;
+    server.terminate();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fresh = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let answer = fresh
+        .post(server.url(common::FAULTY_INFER))
+        .json(&request("x", "FP32", &[1, 1], json!([3.0])))
+        .send()
+        .await
+        .expect("still accepting during the delay");
+    let status = answer.status().as_u16();
+    let body = answer.text().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let exit = server.wait_exit(Duration::from_secs(30)).await.expect("exited");
+    assert_eq!(exit.code(), Some(0));
+}
+
 /// A shutdown delay longer than the grace cannot hold the exit past the grace: the delay
 /// counts within it (an operator's mistake, or a hostile setting, costs at most the grace).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,7 +38,7 @@ pub fn check_blocking(repository: &Path, runtime: &Runtime) -> std::io::Result<V
         .filter(|name| !name.starts_with('.'))
         .map(|name| {
             let dir = repository.join(&name);
-            let result = LoadedModel::load(runtime, &dir, Some(1))
+            let result = LoadedModel::load(runtime, &dir, |_| 1)
                 .map(|loaded| loaded.describe())
                 .map_err(|e| e.to_string());
             Verdict { name, result }

@@ -489,6 +489,13 @@ pub struct ServeConfig {
     #[arg(long, env = "TENSORPLUG_IDLE_UNLOAD_SECS", default_value_t = 300)]
     pub idle_unload_secs: u64,
 
+    /// An instance above its model's `limits.min_instances` idle this many seconds is
+    /// let go (instances are added, up to `limits.instances`, while requests wait for
+    /// one). On demand a model's floor is 1 unless its `model.toml` says otherwise;
+    /// resident, it is all of `instances`.
+    #[arg(long, env = "TENSORPLUG_INSTANCE_IDLE_SECS", default_value_t = 30)]
+    pub instance_idle_secs: u64,
+
     #[command(flatten)]
     pub cache: CacheArgs,
 
@@ -530,6 +537,7 @@ impl ServeConfig {
             memory_budget_mib: None,
             min_residency_secs: 5,
             idle_unload_secs: 300,
+            instance_idle_secs: 30,
             cache: CacheArgs {
                 cache_dir: None,
                 no_cache: true,
@@ -552,6 +560,7 @@ impl ServeConfig {
             budget_bytes: self.memory_budget_mib.map(|mib| mib << 20),
             min_residency: Duration::from_secs(self.min_residency_secs),
             idle_unload: (on_demand && self.idle_unload_secs > 0).then(|| Duration::from_secs(self.idle_unload_secs)),
+            instance_idle: Duration::from_secs(self.instance_idle_secs),
         })
     }
 

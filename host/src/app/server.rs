@@ -82,6 +82,8 @@ pub async fn run_with_grpc(
             .served_by(edges)
             .with_residency(policy),
     );
+    // The budget, idle models and idle instances, twice a second.
+    repository.keep_residency();
     let mut initial_loads = tokio::task::JoinSet::new();
     if policy.on_demand() {
         // Indexed in the background (live, not ready until done); then the pinned models
@@ -105,7 +107,6 @@ pub async fn run_with_grpc(
             }
             resident.join_all().await;
         });
-        repository.keep_residency();
     } else {
         let initial = match config.model_control {
             ModelControl::Poll | ModelControl::None => repository

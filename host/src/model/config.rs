@@ -59,8 +59,11 @@ pub struct Limits {
     pub compile_timeout: Duration,
     /// Default time a request may take end to end (a request's `timeout` overrides it).
     pub request_timeout: Duration,
-    /// Pipeline instances, each on its own thread.
+    /// Pipeline instances at most, each on its own thread.
     pub instances: usize,
+    /// Instances kept however idle the model is (0: none while idle). `None`: the
+    /// server's choice (all of `instances` when every model is resident, else one).
+    pub min_instances: Option<usize>,
     /// What the model's `wasi:nn` graphs may hold together once loaded, in bytes.
     pub graph_memory_bytes: u64,
     /// Most nodes one `wasi:nn` graph may have.
@@ -257,6 +260,7 @@ struct RawLimits {
     max_handles: Option<usize>,
     request_timeout_ms: Option<u64>,
     instances: Option<usize>,
+    min_instances: Option<usize>,
     graph_memory_mib: Option<u64>,
     graph_max_nodes: Option<usize>,
     max_answer_mib: Option<u64>,
@@ -370,6 +374,7 @@ impl ModelConfig {
         }
 
         let instances_default = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let instances = within("limits.instances", raw.limits.instances, instances_default, 1..=256)?;
         let limits = Limits {
             memory_bytes: (within(
                 "limits.memory_mib",
@@ -407,7 +412,12 @@ impl ModelConfig {
                 raw.limits.request_timeout_ms,
                 DEFAULT_REQUEST_TIMEOUT_MS,
             )?,
-            instances: within("limits.instances", raw.limits.instances, instances_default, 1..=256)?,
+            instances,
+            min_instances: raw
+                .limits
+                .min_instances
+                .map(|min| within("limits.min_instances", Some(min), 0, 0..=instances))
+                .transpose()?,
             graph_memory_bytes: within(
                 "limits.graph_memory_mib",
                 raw.limits.graph_memory_mib,

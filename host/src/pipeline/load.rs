@@ -24,21 +24,25 @@ pub enum LoadError {
 /// A model version, compiled and initialised, ready to run.
 pub struct LoadedModel {
     pub config: ModelConfig,
-    /// One initialised pipeline instance per `limits.instances`.
+    /// The initialised pipeline instances it starts with.
     pub instances: Vec<PipelineInstance>,
+    /// What more instances are made from.
+    pub template: Arc<PipelineTemplate>,
     /// The metrics and metadata its plugins declared (metadata during `init`).
     pub shared: Arc<ModelShared>,
 }
 
 impl LoadedModel {
-    /// Loads the model folder `dir`. `instances` overrides the configured instance count
-    /// (`tensorplug check` needs one). Blocking: compiles wasm and runs every stage's
-    /// `init`, so call it from a thread that may block.
-    pub fn load(runtime: &Runtime, dir: &Path, instances: Option<usize>) -> Result<Self, LoadError> {
-        let mut config = ModelConfig::load(dir)?;
-        if let Some(n) = instances {
-            config.limits.instances = n;
-        }
+    /// Loads the model folder `dir` with the instances `starting` says for its limits (at
+    /// least one, at most `limits.instances`). Blocking: compiles wasm and runs every
+    /// stage's `init`, so call it from a thread that may block.
+    pub fn load(
+        runtime: &Runtime,
+        dir: &Path,
+        starting: impl FnOnce(&crate::model::config::Limits) -> usize,
+    ) -> Result<Self, LoadError> {
+        let config = ModelConfig::load(dir)?;
+        let starting = starting(&config.limits).clamp(1, config.limits.instances);
         let limits = SandboxLimits {
             memory_bytes: config.limits.memory_bytes,
             table_elements: config.limits.table_elements,
@@ -90,12 +94,13 @@ impl LoadedModel {
             outputs: config.outputs.clone(),
             padding: config.padding.clone(),
         });
-        let instances = (0..config.limits.instances)
+        let instances = (0..starting)
             .map(|_| template.instantiate())
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             config,
             instances,
+            template,
             shared,
         })
     }

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 use super::handoff;
 use super::instances::{keep_wanted, BatcherLink, HandedBack, Job, JobItem};
+use super::pool::InstanceCount;
 use super::stats::ModelStats;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
@@ -91,7 +92,7 @@ impl BatcherHandle {
     pub fn spawn(
         model: Arc<str>,
         policy: BatchPolicy,
-        idle: (Arc<Semaphore>, u32),
+        idle: (Arc<Semaphore>, Arc<dyn InstanceCount>),
         jobs: handoff::Sender<Job>,
         stats: Arc<ModelStats>,
     ) -> (Self, BatcherLink) {
@@ -225,7 +226,7 @@ impl Queues {
 async fn run_queue(
     mut queues: Queues,
     policy: BatchPolicy,
-    (idle, instances): (Arc<Semaphore>, u32),
+    (idle, instances): (Arc<Semaphore>, Arc<dyn InstanceCount>),
     jobs: handoff::Sender<Job>,
     stats: Arc<ModelStats>,
 ) {
@@ -239,7 +240,8 @@ async fn run_queue(
             if !queues.fresh_open {
                 // No fresh item will come. Once every instance is idle no part can be
                 // handed back any more: then the queue is done, unless some were.
-                let Ok(all) = idle.clone().acquire_many_owned(instances).await else {
+                let count = u32::try_from(instances.hold_for_drain()).unwrap_or(u32::MAX);
+                let Ok(all) = idle.clone().acquire_many_owned(count).await else {
                     return;
                 };
                 drop(all);
@@ -260,8 +262,17 @@ async fn run_queue(
                 Some(part) = queues.parts.recv() => queues.waiting.push(part),
             }
         }
-        let Ok(instance) = idle.clone().acquire_owned().await else {
-            return;
+        let instance = match idle.clone().try_acquire_owned() {
+            Ok(instance) => instance,
+            Err(tokio::sync::TryAcquireError::Closed) => return,
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                // Work waits and every instance is busy.
+                instances.clone().wanted();
+                let Ok(instance) = idle.clone().acquire_owned().await else {
+                    return;
+                };
+                instance
+            }
         };
         queues.look();
         if !queues.waiting.is_empty() && (queues.held.is_none() || passed_over) {
@@ -402,6 +413,19 @@ mod tests {
         link: BatcherLink,
     }
 
+    /// An instance count that never moves.
+    struct FixedCount(usize);
+
+    impl InstanceCount for FixedCount {
+        fn live(&self) -> usize {
+            self.0
+        }
+        fn wanted(self: Arc<Self>) {}
+        fn hold_for_drain(&self) -> usize {
+            self.0
+        }
+    }
+
     /// A batcher with `instances` idle instances and the given policy.
     fn batcher(instances: usize, max_batch_size: usize, max_queue_delay: Duration, max_queue_size: usize) -> Harness {
         let (jobs_tx, jobs) = super::handoff::queue();
@@ -414,7 +438,7 @@ mod tests {
         let (handle, link) = BatcherHandle::spawn(
             "m".into(),
             policy,
-            (Arc::new(Semaphore::new(instances)), instances as u32),
+            (Arc::new(Semaphore::new(instances)), Arc::new(FixedCount(instances))),
             jobs_tx,
             stats.clone(),
         );

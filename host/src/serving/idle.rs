@@ -39,7 +39,9 @@ use tokio::sync::{oneshot, Semaphore};
 use tokio::time::Instant;
 
 use super::batcher::BatcherHandle;
-use super::instances::{run_job, BatcherLink, InstancePool, JobItem};
+use super::instances::{run_job, BatcherLink, JobItem};
+use super::pool::InstanceCount;
+use super::pool::InstancePool;
 use super::stats::ModelStats;
 use crate::model::outcome::ItemOutcome;
 use crate::model::tensor::Item;
@@ -57,8 +59,6 @@ pub struct IdleModel {
     pub enabled: bool,
     /// The longest a one-item run may take: every stage's call limit.
     pub longest_run: Duration,
-    /// The model's instances: the path is open only while every one is idle.
-    pub instances: usize,
 }
 
 /// A model's idle path: its [`IdleModel`] and the load signals that open and close it.
@@ -115,7 +115,7 @@ impl IdlePath {
         let open = self.model.enabled
             && arrival.alone
             && items.len() == 1
-            && self.model.idle.available_permits() == self.model.instances
+            && self.model.idle.available_permits() == self.model.pool.live()
             && deadline.saturating_duration_since(Instant::now()) >= self.model.longest_run
             && batcher.is_empty();
         if !open {

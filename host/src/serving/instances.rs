@@ -1,5 +1,6 @@
-//! The instance pool: a model version's idle pipeline instances ([`InstancePool`]), and
-//! one thread per instance, all fed from one job queue (`super::handoff`), that runs the batcher's jobs.
+//! The instance threads: one per instance a model version may have, all fed from one
+//! job queue (`super::handoff`), each running the batcher's jobs on an instance it takes
+//! from the model's pool (`super::pool`).
 //!
 //! Batches run on these dedicated threads, never on the async runtime's own: wasmtime's
 //! sync WASI calls block, and a long plugin call must not stall the HTTP edge. (The idle
@@ -17,11 +18,12 @@ use std::sync::Arc;
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::handoff;
+use super::pool::{InstancePool, Pooled};
 use super::stats::ModelStats;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
 use crate::model::StageKind;
-use crate::pipeline::{Audience, PipelineInstance, Run};
+use crate::pipeline::{Audience, Run};
 
 /// An item handed to an instance, with what the pipeline needs to know of its client.
 pub struct JobItem {
@@ -71,86 +73,6 @@ impl BatcherLink {
             self.pending.fetch_sub(1, Ordering::AcqRel);
             lost.0
         })
-    }
-}
-
-/// A pipeline instance while it is not running, and whether it is whole (every stage
-/// live: what `instances_live` counts).
-pub struct Pooled {
-    pipeline: PipelineInstance,
-    whole: bool,
-}
-
-impl Pooled {
-    /// Whether a trapped stage instance is replaced at once (see
-    /// [`PipelineInstance::replace_at_once`]).
-    pub fn replace_at_once(&mut self, at_once: bool) {
-        self.pipeline.replace_at_once(at_once);
-    }
-
-    pub fn is_whole(&self) -> bool {
-        self.whole
-    }
-
-    /// Re-creates every stage instance a trap left out, counting it live again.
-    pub fn repair(&mut self, stats: &ModelStats) {
-        self.pipeline.repair();
-        self.count_whole(stats);
-    }
-
-    /// Brings `whole`, and `instances_live` with it, up to date with the pipeline.
-    fn count_whole(&mut self, stats: &ModelStats) {
-        let whole = self.pipeline.is_whole();
-        if self.whole == whole {
-            return;
-        }
-        self.whole = whole;
-        if whole {
-            stats.instances_live.fetch_add(1, Ordering::Relaxed);
-        } else {
-            stats.instances_live.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// A model version's idle instances. Whoever holds one of the model's idle permits
-/// (`Job::instance`, or the idle path's) may take one instance and puts it back before
-/// letting the permit go, so a holder always finds one.
-pub struct InstancePool {
-    idle: std::sync::Mutex<Vec<Pooled>>,
-    stats: Arc<ModelStats>,
-}
-
-impl InstancePool {
-    pub fn new(instances: Vec<PipelineInstance>, stats: Arc<ModelStats>) -> Self {
-        stats
-            .instances_live
-            .fetch_add(instances.len() as u64, Ordering::Relaxed);
-        let idle = instances
-            .into_iter()
-            .map(|pipeline| Pooled { pipeline, whole: true })
-            .collect();
-        Self {
-            idle: std::sync::Mutex::new(idle),
-            stats,
-        }
-    }
-
-    /// An idle instance (there is one for every idle permit).
-    pub fn take(&self) -> Option<Pooled> {
-        crate::sync::lock(&self.idle).pop()
-    }
-
-    pub fn put(&self, instance: Pooled) {
-        crate::sync::lock(&self.idle).push(instance);
-    }
-}
-
-impl Drop for InstancePool {
-    fn drop(&mut self) {
-        let idle = self.idle.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let whole = idle.iter().filter(|instance| instance.whole).count();
-        self.stats.instances_live.fetch_sub(whole as u64, Ordering::Relaxed);
     }
 }
 

@@ -12,6 +12,7 @@ pub mod items;
 pub mod metrics;
 mod model;
 mod on_demand;
+mod pool;
 mod repository;
 pub mod residency;
 mod stats;

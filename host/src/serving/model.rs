@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::batcher::{BatchPolicy, BatcherHandle, SubmitError};
 use super::idle::{IdleModel, IdlePath};
-use super::instances::{spawn_workers, Completion, InstancePool};
+use super::instances::{spawn_workers, Completion};
+use super::pool::InstancePool;
+use super::pool::{Growth, InstanceCount, Scaling};
 use super::residency::LastUse;
 use super::stats::{EdgeLabel, ModelStats};
 use crate::model::config::ModelConfig;
@@ -53,6 +54,7 @@ pub struct Model {
     pub load_took: std::time::Duration,
     batcher: BatcherHandle,
     idle: IdlePath,
+    pool: Arc<InstancePool>,
     completion: Completion,
 }
 
@@ -65,10 +67,12 @@ impl Model {
         loaded: LoadedModel,
         histograms: Histogramming<'_>,
         edges: &[&'static EdgeLabel],
+        growth: Growth,
     ) -> Result<Self, StartError> {
         let LoadedModel {
             config,
             instances,
+            template,
             shared,
         } = loaded;
         let own = histograms.server.is_some() && config.histograms.unwrap_or(histograms.by_default);
@@ -80,13 +84,21 @@ impl Model {
             max_queue_size: config.batching.max_queue_size,
         };
         let count = instances.len();
-        let permits = Arc::new(Semaphore::new(count));
-        let idle = (permits.clone(), u32::try_from(count).unwrap_or(u32::MAX));
+        let mut scaling = Scaling::new(
+            (template, shared.clone()),
+            (growth.floor, config.limits.instances),
+            growth.idle_after,
+        );
+        scaling.instance_bytes = shared.memory.bytes() as u64 / count.max(1) as u64;
+        scaling.room = growth.room;
+        let pool = Arc::new(InstancePool::new(instances, stats.clone(), scaling));
+        let permits = pool.permits().clone();
+        let idle = (permits.clone(), pool.clone() as Arc<dyn InstanceCount>);
         let (batcher, link) = BatcherHandle::spawn(config.name.as_str().into(), policy, idle, jobs_tx, stats.clone());
-        let pool = Arc::new(InstancePool::new(instances, stats.clone()));
+        // A thread per instance the model may have; those without one wait for work idle.
         let completion = spawn_workers(
             &config.name,
-            (pool.clone(), count),
+            (pool.clone(), config.limits.instances),
             jobs_rx,
             link.clone(),
             stats.clone(),
@@ -94,12 +106,11 @@ impl Model {
         .map_err(StartError::Threads)?;
         let idle = IdlePath::new(IdleModel {
             idle: permits,
-            pool,
+            pool: pool.clone(),
             link,
             stats: stats.clone(),
             enabled: policy.max_queue_delay.is_zero(),
             longest_run: config.limits.stage_timeout * u32::try_from(config.stages.len()).unwrap_or(u32::MAX),
-            instances: count,
         });
         let loaded_bytes = shared.held_bytes();
         Ok(Self {
@@ -111,6 +122,7 @@ impl Model {
             load_took: std::time::Duration::ZERO,
             batcher,
             idle,
+            pool,
             completion,
         })
     }
@@ -144,6 +156,17 @@ impl Model {
     /// What this version holds in memory, measured (instances, its share of code, graphs).
     pub fn held_bytes(&self) -> u64 {
         self.shared.held_bytes()
+    }
+
+    /// Its instances now (they follow the load between `limits.min_instances` and
+    /// `limits.instances`).
+    pub fn instances(&self) -> usize {
+        self.pool.live()
+    }
+
+    /// Lets one instance idle past the idle time go, down to the floor; whether one went.
+    pub fn shrink_idle_instances(&self) -> bool {
+        self.pool.shrink_idle()
     }
 
     /// Items waiting in this version's queue now.

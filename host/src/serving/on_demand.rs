@@ -40,7 +40,7 @@ impl Repository {
     ) -> Result<(Arc<Model>, Option<LoadTimes>), RepositoryError> {
         let mut waited = None;
         loop {
-            if self.is_draining() {
+            if self.loads_closed() {
                 return Err(self.not_resident_yet(name, "the server is shutting down"));
             }
             match self.status(name) {
@@ -129,8 +129,8 @@ impl Repository {
     /// it loaded (or failed to).
     async fn load_when_room(&self, name: &str, progress: &watch::Sender<LoadProgress>) -> Option<LoadTimes> {
         let _this_model = self.lock_model(name).await;
-        // Nothing new loads once the server drains (its models are being let go).
-        let Some(ModelStatus::Standby(standby)) = self.status(name).filter(|_| !self.is_draining()) else {
+        // Nothing new loads once the drain begins (its models are being let go).
+        let Some(ModelStatus::Standby(standby)) = self.status(name).filter(|_| !self.loads_closed()) else {
             return None;
         };
         let dir = self.root().join(name);
@@ -139,7 +139,8 @@ impl Repository {
             Some(budget) => {
                 let expected = {
                     let standby = standby.clone();
-                    tokio::task::spawn_blocking(move || standby.expected_bytes())
+                    let starting = self.policy.instance_floor(&standby.config.limits);
+                    tokio::task::spawn_blocking(move || standby.expected_bytes(starting))
                         .await
                         .unwrap_or(0)
                 };
@@ -319,12 +320,55 @@ impl Repository {
         }
     }
 
-    /// Starts keeping the budget and the idle time (on-demand residency): a task that
+    /// Whether `bytes` more (another instance of `name`) fit under the budget beside what
+    /// is resident and reserved, evicting the least recently used idle models for them
+    /// if need be; never waits (an instance is wanted, not needed: the model's requests
+    /// are served by the instances it has meanwhile).
+    fn room_for_instance(&self, name: &str, bytes: u64) -> bool {
+        let Some(budget) = self.policy.budget_bytes else {
+            return true;
+        };
+        loop {
+            if self
+                .resident_bytes()
+                .saturating_add(self.reservations.reserved())
+                .saturating_add(bytes)
+                <= budget
+            {
+                return true;
+            }
+            if !self.evict_least_recent(FOR_ROOM, Some(name)) {
+                tracing::debug!(model = name, "no room for another instance: {}", self.room_report());
+                return false;
+            }
+        }
+    }
+
+    /// What a version of `name` asks before it adds an instance, if there is a budget.
+    pub(super) fn room_for_instances(&self, name: &str) -> Option<super::pool::Room> {
+        self.policy.budget_bytes?;
+        let repository = self.itself.get()?.clone();
+        let name = name.to_owned();
+        Some(Arc::new(move |bytes| {
+            repository
+                .upgrade()
+                .is_some_and(|repository| repository.room_for_instance(&name, bytes))
+        }))
+    }
+
+    /// Lets instances idle past their idle time go, down to each model's floor.
+    fn shrink_idle_instances(&self) {
+        for slot in self.entries.load().values() {
+            if let Some(model) = slot.entry.load().status.model() {
+                model.shrink_idle_instances();
+            }
+        }
+    }
+
+    /// Starts keeping the budget, the idle time and the instance counts: a task that
     /// checks twice a second, until the repository drains or goes.
     pub fn keep_residency(self: &Arc<Self>) {
-        if !self.policy.on_demand() {
-            return;
-        }
+        let _ = self.itself.set(Arc::downgrade(self));
         let repository: Weak<Repository> = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(ENFORCE_EVERY);
@@ -332,11 +376,12 @@ impl Repository {
             loop {
                 ticks.tick().await;
                 let Some(repository) = repository.upgrade() else { return };
-                if repository.is_draining() {
+                if repository.loads_closed() {
                     return;
                 }
                 repository.unload_idle();
                 repository.enforce_budget();
+                repository.shrink_idle_instances();
             }
         });
     }

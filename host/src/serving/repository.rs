@@ -22,6 +22,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use super::model::{Histogramming, Model, StartError};
+use super::pool::Growth;
 use super::residency::{
     LoadLabels as ResidencyLoadLabels, LoadTrigger, OnDemandLoad, Reservations, ResidencyMetrics, ResidencyPolicy,
     Standby, API, RELOAD, UNLOADED,
@@ -225,6 +226,8 @@ pub struct Repository {
     pub loads: Family<LoadLabels, Counter>,
     /// Set when the server starts to drain: nothing is ready any more.
     draining: std::sync::atomic::AtomicBool,
+    /// Set when the drain itself begins (after any shutdown delay): nothing loads.
+    loads_closed: std::sync::atomic::AtomicBool,
     /// Set while the repository is indexed at start (on demand): not ready until done.
     indexing: std::sync::atomic::AtomicBool,
     /// Which models stay resident, and what they may hold.
@@ -252,6 +255,9 @@ pub struct Repository {
     /// What besides the models readiness waits on (the queue edge's broker), by name: up
     /// or not.
     dependencies: std::sync::Mutex<BTreeMap<&'static str, bool>>,
+    /// Itself, for what its models ask of it later (room for another instance); set
+    /// when it starts keeping residency.
+    pub(super) itself: std::sync::OnceLock<std::sync::Weak<Repository>>,
 }
 
 impl Repository {
@@ -266,6 +272,7 @@ impl Repository {
             edges: Vec::new(),
             loads: Family::default(),
             draining: std::sync::atomic::AtomicBool::new(false),
+            loads_closed: std::sync::atomic::AtomicBool::new(false),
             indexing: std::sync::atomic::AtomicBool::new(false),
             policy: ResidencyPolicy::default(),
             residency: ResidencyMetrics::default(),
@@ -279,6 +286,7 @@ impl Repository {
                 std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4)),
             )),
             dependencies: std::sync::Mutex::new(BTreeMap::new()),
+            itself: std::sync::OnceLock::new(),
         }
     }
 
@@ -399,11 +407,12 @@ impl Repository {
         let started = Instant::now();
         let kind = if self.get(name).is_some() { "reload" } else { "load" };
         let slot = self.load_slots.clone().acquire_owned().await;
+        let policy = self.policy;
         // Compiling and running plugins' init blocks: off the async workers. The slot is
         // given back when the load ends, even if nobody waits for it any more.
         let loaded = tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            let loaded = LoadedModel::load(&runtime, &dir, None);
+            let loaded = LoadedModel::load(&runtime, &dir, |limits| policy.instance_floor(limits));
             crate::runtime::release_free_memory();
             loaded
         })
@@ -416,9 +425,14 @@ impl Repository {
             server: self.server_stats.as_ref(),
             by_default: !self.policy.on_demand(),
         };
-        let loaded = loaded
-            .map_err(StartError::from)
-            .and_then(|loaded| Model::start(loaded, histograms, &self.edges));
+        let loaded = loaded.map_err(StartError::from).and_then(|loaded| {
+            let growth = Growth {
+                floor: self.policy.instance_floor(&loaded.config.limits),
+                idle_after: self.policy.instance_idle,
+                room: self.room_for_instances(name),
+            };
+            Model::start(loaded, histograms, &self.edges, growth)
+        });
         let outcome = if loaded.is_ok() { "ready" } else { "failed" };
         self.residency
             .loads
@@ -700,9 +714,15 @@ impl Repository {
         self.changed();
     }
 
-    /// Whether the server is draining.
+    /// Whether the server is draining (or about to: readiness is off).
     pub fn is_draining(&self) -> bool {
         self.draining.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether loads are over: the drain itself has begun (during a shutdown delay,
+    /// readiness is off but requests a balancer still sends are served, loads included).
+    pub fn loads_closed(&self) -> bool {
+        self.loads_closed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Where a model stands, if the repository knows it.
@@ -774,6 +794,7 @@ impl Repository {
     /// their queued and running items to be answered and their instance threads to
     /// exit. Returns whether everything finished in time.
     pub async fn drain(&self, deadline: tokio::time::Instant) -> bool {
+        self.loads_closed.store(true, std::sync::atomic::Ordering::Relaxed);
         self.begin_drain();
         let entries = self.entries.swap(Arc::new(BTreeMap::new()));
         self.changed();

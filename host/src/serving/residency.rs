@@ -42,6 +42,8 @@ pub struct ResidencyPolicy {
     pub min_residency: Duration,
     /// A model idle this long goes back to standby (on demand only); `None`: never.
     pub idle_unload: Option<Duration>,
+    /// An instance above its model's floor idle this long is let go.
+    pub instance_idle: Duration,
 }
 
 impl Default for ResidencyPolicy {
@@ -51,6 +53,7 @@ impl Default for ResidencyPolicy {
             budget_bytes: None,
             min_residency: Duration::from_secs(30),
             idle_unload: None,
+            instance_idle: Duration::from_secs(30),
         }
     }
 }
@@ -58,6 +61,15 @@ impl Default for ResidencyPolicy {
 impl ResidencyPolicy {
     pub fn on_demand(&self) -> bool {
         self.mode == ResidencyMode::OnDemand
+    }
+
+    /// The instances a model with these limits keeps however idle it is: its
+    /// `min_instances`, else one on demand and all of them when every model is resident.
+    pub fn instance_floor(&self, limits: &crate::model::config::Limits) -> usize {
+        limits
+            .min_instances
+            .unwrap_or(if self.on_demand() { 1 } else { limits.instances })
+            .min(limits.instances)
     }
 }
 
@@ -115,15 +127,16 @@ impl Standby {
     }
 
     /// The room a load of it makes under the budget: what it held last time, else (never
-    /// measured) what each of its instances declares it holds at instantiation, and its
+    /// measured) what each of the instances it starts with declares it holds at
+    /// instantiation, and its
     /// stages' compiled code by their files' size (see [`COMPILED_PER_WASM_BYTE`]), and
     /// its graph files. Reads its files: call it off
     /// the async workers.
-    pub fn expected_bytes(&self) -> u64 {
+    pub fn expected_bytes(&self, starting_instances: usize) -> u64 {
         if let Some(held) = self.held_bytes {
             return held;
         }
-        let instances = self.config.limits.instances as u64;
+        let instances = starting_instances.max(1) as u64;
         let stages = self.config.stages.iter().map(|(_, file)| file).filter_map(|file| {
             let wasm = std::fs::read(file).ok()?;
             let declared = crate::runtime::declared_instance_bytes(&wasm).unwrap_or(0);

@@ -46,6 +46,7 @@ impl Local {
         };
         let runtime = Runtime::new(cache_dir).map_err(|e| failed(format!("the wasm runtime did not start: {e}")))?;
         let repository = Arc::new(Repository::new(repository, runtime, false));
+        repository.keep_residency();
         repository
             .load(&options.model, crate::serving::residency::STARTUP)
             .await
