@@ -861,6 +861,8 @@ async fn instances_follow_the_load_up_to_the_ceiling_and_back_down_to_the_floor(
         common::stats(&server, "elastic").await
     );
 
+    assert_eq!(rows(&server).await["elastic"]["instances"], 1, "the index says so too");
+
     // A floor of zero: idle, the model gives up every instance, stays resident and
     // ready, and its next request makes one again.
     assert_eq!(infer(&server, "to-zero", &[1.0]).await.0, 200);

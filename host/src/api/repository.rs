@@ -105,6 +105,9 @@ pub struct IndexRow {
     /// Milliseconds since a resident model's latest request (or its load).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_ms: Option<u64>,
+    /// A resident model's instances now (they follow the load).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instances: Option<usize>,
     /// Whether the model stays resident whatever the residency policy says
     /// (`[residency] pinned`, or loaded through this API).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -133,6 +136,7 @@ pub fn index(repository: &Repository) -> Vec<IndexRow> {
                 reason: entry.status.reason().map(str::to_owned),
                 memory_bytes: model.map(|m| m.held_bytes()),
                 idle_ms: model.map(|m| u64::try_from(m.last_used.ago().as_millis()).unwrap_or(u64::MAX)),
+                instances: model.map(|m| m.instances()),
                 pinned: entry.pinned(),
                 name,
             }
@@ -153,6 +157,7 @@ pub fn index(repository: &Repository) -> Vec<IndexRow> {
                 reason: Some(if indexing { "indexing" } else { "not loaded" }.into()),
                 memory_bytes: None,
                 idle_ms: None,
+                instances: None,
                 pinned: false,
             });
         }
