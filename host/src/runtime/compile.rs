@@ -22,6 +22,7 @@ use wasmtime::component::Component;
 use wit_component::ComponentEncoder;
 
 use super::components::Digest;
+use super::precompiled::FileIdentity;
 use super::Runtime;
 
 /// What kind of WebAssembly binary a file holds, from its 8-byte header.
@@ -84,6 +85,45 @@ pub fn read_plugin(file: &std::path::Path) -> Result<Vec<u8>, String> {
         .map_err(|e| e.to_string())
 }
 
+/// The component of the stage file `file`: mapped from the cache folder without reading
+/// the file when it is unchanged since its digest was kept and its compiled code is
+/// there (or a loaded stage holds it), else as [`compile`] makes it of the file's bytes.
+pub fn compile_file(
+    runtime: &Runtime,
+    file: &std::path::Path,
+    timeout: Duration,
+) -> Result<(Arc<Component>, CompileReport), String> {
+    let started = Instant::now();
+    let Some(precompiled) = runtime.precompiled() else {
+        return compile(runtime, read_plugin(file)?, timeout);
+    };
+    if let Some(digest) = precompiled.known_digest(file) {
+        let mapped = runtime.components().get_or_compile(digest, || {
+            precompiled
+                .load(runtime.engine(), &digest)
+                .map(|component| (component, ()))
+                .ok_or(())
+        });
+        if let Ok((component, mapped)) = mapped {
+            let source = match mapped {
+                Some(()) => CompileSource::Cache,
+                None => CompileSource::LoadedStage,
+            };
+            let took = started.elapsed();
+            return Ok((component, CompileReport { took, source }));
+        }
+    }
+    // Taken before reading: a change while it is read is never taken for the bytes read.
+    let identity = FileIdentity::of(file);
+    let bytes = read_plugin(file)?;
+    let digest = Digest::of(&bytes);
+    let compiled = compile_digested(runtime, digest, bytes, timeout)?;
+    if let Some(identity) = identity {
+        precompiled.remember(file, &identity, &digest);
+    }
+    Ok(compiled)
+}
+
 /// The component of a component or wasip1 core module: the one a loaded stage with the
 /// same bytes holds, else compiled within `timeout` (the model's
 /// `limits.compile_timeout_ms`); the error says what is wrong with it.
@@ -92,8 +132,17 @@ pub fn compile(
     bytes: Vec<u8>,
     timeout: Duration,
 ) -> Result<(Arc<Component>, CompileReport), String> {
+    compile_digested(runtime, Digest::of(&bytes), bytes, timeout)
+}
+
+/// [`compile`], the digest of `bytes` known.
+fn compile_digested(
+    runtime: &Runtime,
+    digest: Digest,
+    bytes: Vec<u8>,
+    timeout: Duration,
+) -> Result<(Arc<Component>, CompileReport), String> {
     let started = Instant::now();
-    let digest = Digest::of(&bytes);
     let (component, compiled) = runtime
         .components()
         .get_or_compile(digest, || compile_afresh(runtime, &digest, bytes, timeout, started))?;
@@ -110,16 +159,32 @@ pub fn compile(
 /// compile` does ahead of time. Nothing is instantiated.
 pub fn precompile(runtime: &Runtime, file: &std::path::Path, timeout: Duration) -> Result<CompileReport, String> {
     let started = Instant::now();
-    let bytes = read_plugin(file)?;
     let Some(precompiled) = runtime.precompiled() else {
-        return compile(runtime, bytes, timeout).map(|(_, report)| report);
+        return compile(runtime, read_plugin(file)?, timeout).map(|(_, report)| report);
     };
-    let digest = Digest::of(&bytes);
-    if precompiled.has(&digest) {
-        return Ok(CompileReport {
+    let in_the_cache = || {
+        Ok(CompileReport {
             took: started.elapsed(),
             source: CompileSource::Cache,
-        });
+        })
+    };
+    if precompiled
+        .known_digest(file)
+        .is_some_and(|digest| precompiled.has(&digest))
+    {
+        return in_the_cache();
+    }
+    let identity = FileIdentity::of(file);
+    let bytes = read_plugin(file)?;
+    let digest = Digest::of(&bytes);
+    let remember = || {
+        if let Some(identity) = &identity {
+            precompiled.remember(file, identity, &digest);
+        }
+    };
+    if precompiled.has(&digest) {
+        remember();
+        return in_the_cache();
     }
     let bytes = as_component(bytes)?;
     let engine = runtime.engine().clone();
@@ -131,6 +196,7 @@ pub fn precompile(runtime: &Runtime, file: &std::path::Path, timeout: Duration) 
     precompiled
         .save(&digest, &compiled)
         .map_err(|e| format!("cannot keep its compiled code in the cache folder: {e}"))?;
+    remember();
     Ok(CompileReport {
         took: started.elapsed(),
         source: CompileSource::Compiled,

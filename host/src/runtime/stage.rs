@@ -116,9 +116,8 @@ impl StageTemplate {
             file: file.to_path_buf(),
             reason,
         };
-        let bytes = super::compile::read_plugin(file).map_err(load_error)?;
         let (component, compiled) =
-            super::compile::compile(runtime, bytes, limits.compile_timeout).map_err(load_error)?;
+            super::compile::compile_file(runtime, file, limits.compile_timeout).map_err(load_error)?;
         // Before linking: a version this host does not know would fail there, less clearly.
         let wit_version = WitVersion::of_component(&component, runtime.engine()).map_err(load_error)?;
         tag.shared.code.add(&component);

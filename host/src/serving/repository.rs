@@ -459,7 +459,8 @@ impl Repository {
                 tracing::info!(
                     model = name,
                     version = %model.config.version,
-                    instances = model.config.limits.instances,
+                    instances = model.instances(),
+                    max_instances = model.config.limits.instances,
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     compiled = %compile_summary(&model.shared),
                     graphs = %graph_summary(&model.shared),
