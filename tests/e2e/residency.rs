@@ -602,10 +602,18 @@ async fn stages_compiled_ahead_of_time_are_mapped_and_a_damaged_one_is_compiled_
     let mut mapped: Vec<_> = std::fs::read_dir(cache.path().join("precompiled"))
         .expect("a folder of compiled stages")
         .map(|entry| entry.unwrap().path())
+        .filter(|path| path.is_file())
         .collect();
     mapped.sort();
     assert_eq!(mapped.len(), 2, "{mapped:?}");
     assert!(mapped.iter().all(|file| file.extension().is_some_and(|e| e == "cwasm")));
+    // Beside them, what each stage file's digest was, so that a load need not read it.
+    assert_eq!(
+        std::fs::read_dir(cache.path().join("precompiled/files"))
+            .unwrap()
+            .count(),
+        2
+    );
 
     // One of them damaged (cut in half, as a full disk might leave it): never mapped.
     let b_digest = sha256_hex(&std::fs::read(&wasm).unwrap());
@@ -797,7 +805,9 @@ fn elastic_model(repository: &Path, name: &str, instances: usize, extra_limits: 
     let limits = format!("instances = {instances}\ntimeout_ms = 400\n{extra_limits}");
     std::fs::write(
         dir.join("model.toml"),
-        common::faulty_config("max_batch_size = 1", &limits),
+        // A queue delay keeps these off the idle path, whose runtime threads are shared
+        // by every test server of this process: its slow calls would close it to them.
+        common::faulty_config("max_batch_size = 1\nmax_queue_delay_us = 100", &limits),
     )
     .expect("model.toml");
 }
