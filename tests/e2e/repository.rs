@@ -272,6 +272,30 @@ async fn model_folders_come_and_go() {
     server.stop().await;
 }
 
+/// A repository on a file system without file events (NFS) is looked at every
+/// `--watch-poll-ms`: a new version is served, and a folder that goes is unloaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repository_looked_at_by_polling_follows_its_changes() {
+    let repository = tempfile::tempdir().unwrap();
+    faulty_folder(repository.path(), &faulty_toml(1, 2, ""));
+    let mut config = common::serve_config(repository.path());
+    config.watch_poll_ms = 100;
+    let server = TestServer::start_with(config).await;
+    assert_eq!(output_f32(&server.post_faulty(&[1.0]).await.1, "y"), vec![2.0]);
+    // The first look is what later ones compare with.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    std::fs::write(repository.path().join("faulty/model.toml"), faulty_toml(2, 3, "")).unwrap();
+    poll_until("version 2 served", || async {
+        let (status, body) = server.post_faulty(&[1.0]).await;
+        (status == 200 && output_f32(&body, "y") == vec![3.0]).then_some(())
+    })
+    .await;
+    std::fs::remove_dir_all(repository.path().join("faulty")).unwrap();
+    wait_for_status(&server, "/v2/models/faulty", 404).await;
+    server.stop().await;
+}
+
 async fn post_with_token(server: &TestServer, path: &str, token: Option<&str>) -> (u16, String) {
     let mut r = server.client.post(server.url(path));
     if let Some(token) = token {

@@ -463,6 +463,14 @@ pub struct ServeConfig {
     #[arg(long, env = "TENSORPLUG_WATCH_DEBOUNCE_MS", default_value_t = 200)]
     pub watch_debounce_ms: u64,
 
+    /// With `--model-control poll`: look at the repository's files every this many
+    /// milliseconds instead of following file-system events (for a repository on NFS or
+    /// another file system without inotify). 0: follow events, falling back to looking
+    /// every 2 s if the kernel refuses to watch so many folders (its
+    /// `fs.inotify.max_user_watches`).
+    #[arg(long, env = "TENSORPLUG_WATCH_POLL_MS", default_value_t = 0)]
+    pub watch_poll_ms: u64,
+
     /// Which models stay resident: `resident` loads every model at start and keeps it;
     /// `on-demand` indexes the repository at start (ready once indexed), loads each model
     /// on its first request, and sends idle and least recently used models back to
@@ -529,6 +537,7 @@ impl ServeConfig {
             log_format: LogFormat::Text,
             metrics: Metrics::On,
             model_control: ModelControl::Poll,
+            watch_poll_ms: 0,
             load_models: Vec::new(),
             repository_api: RepositoryApi::On,
             admin_token: None,

@@ -126,8 +126,12 @@ pub async fn run_with_grpc(
     }
     let model_watch = match config.model_control {
         ModelControl::Poll => Some(
-            watch(repository.clone(), Duration::from_millis(config.watch_debounce_ms))
-                .context("watching the model repository")?,
+            watch(
+                repository.clone(),
+                Duration::from_millis(config.watch_debounce_ms),
+                (config.watch_poll_ms > 0).then(|| Duration::from_millis(config.watch_poll_ms)),
+            )
+            .context("watching the model repository")?,
         ),
         ModelControl::Explicit | ModelControl::None => None,
     };

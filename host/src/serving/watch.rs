@@ -17,29 +17,61 @@ use tokio::sync::mpsc;
 
 use super::Repository;
 
+/// How often the repository is looked at when it cannot be watched through events.
+const FALLBACK_POLL: Duration = Duration::from_secs(2);
+
 /// Keeps the watch alive; dropping it stops watching.
-pub struct RepositoryWatch {
-    _debouncer: Debouncer<notify::RecommendedWatcher>,
+pub enum RepositoryWatch {
+    Events(Debouncer<notify::RecommendedWatcher>),
+    Polling(Debouncer<notify::PollWatcher>),
 }
 
-/// Starts watching `repository`'s root.
-pub fn watch(repository: Arc<Repository>, debounce: Duration) -> notify::Result<RepositoryWatch> {
+/// Starts watching `repository`'s root: through file-system events, or by looking every
+/// `poll` if given, or when the kernel refuses events for so many folders (its inotify
+/// watch limit).
+pub fn watch(
+    repository: Arc<Repository>,
+    debounce: Duration,
+    poll: Option<Duration>,
+) -> notify::Result<RepositoryWatch> {
     let root = repository
         .root()
         .canonicalize()
         .unwrap_or_else(|_| repository.root().to_path_buf());
     let (names_tx, mut names_rx) = mpsc::unbounded_channel::<BTreeSet<String>>();
-    let events_root = root.clone();
-    let mut debouncer = new_debouncer(debounce, move |events: DebounceEventResult| match events {
-        Ok(events) => {
-            let names: BTreeSet<String> = events.iter().filter_map(|e| model_of(&events_root, &e.path)).collect();
-            if !names.is_empty() {
-                let _ = names_tx.send(names);
+    let on_events = || {
+        let (root, names_tx) = (root.clone(), names_tx.clone());
+        move |events: DebounceEventResult| match events {
+            Ok(events) => {
+                let names: BTreeSet<String> = events.iter().filter_map(|e| model_of(&root, &e.path)).collect();
+                if !names.is_empty() {
+                    let _ = names_tx.send(names);
+                }
+            }
+            Err(error) => tracing::warn!("watching the repository: {error}"),
+        }
+    };
+    let watching = match poll {
+        Some(every) => poll_repository(&root, debounce, every, on_events())?,
+        None => {
+            let events = new_debouncer(debounce, on_events()).and_then(|mut debouncer| {
+                debouncer.watcher().watch(&root, RecursiveMode::Recursive)?;
+                Ok(debouncer)
+            });
+            match events {
+                Ok(debouncer) => RepositoryWatch::Events(debouncer),
+                Err(error) => {
+                    tracing::warn!(
+                        poll_ms = FALLBACK_POLL.as_millis() as u64,
+                        "cannot follow the repository's file events ({error}): looking at its files every 2 s \
+                         instead (raise fs.inotify.max_user_watches, or set --watch-poll-ms)"
+                    );
+                    poll_repository(&root, debounce, FALLBACK_POLL, on_events())?
+                }
             }
         }
-        Err(error) => tracing::warn!("watching the repository: {error}"),
-    })?;
-    debouncer.watcher().watch(&root, RecursiveMode::Recursive)?;
+    };
+    drop(names_tx);
     tokio::spawn(async move {
         while let Some(mut names) = names_rx.recv().await {
             while let Ok(more) = names_rx.try_recv() {
@@ -57,8 +89,28 @@ pub fn watch(repository: Arc<Repository>, debounce: Duration) -> notify::Result<
             }
         }
     });
-    tracing::info!(root = %root.display(), "watching the model repository");
-    Ok(RepositoryWatch { _debouncer: debouncer })
+    let how = match watching {
+        RepositoryWatch::Events(_) => "file events",
+        RepositoryWatch::Polling(_) => "looking at its files",
+    };
+    tracing::info!(root = %root.display(), how, "watching the model repository");
+    Ok(watching)
+}
+
+/// A watch that looks at every file under `root` every `every` (what changed since the
+/// last look becomes events).
+fn poll_repository(
+    root: &Path,
+    debounce: Duration,
+    every: Duration,
+    on_events: impl notify_debouncer_mini::DebounceEventHandler,
+) -> notify::Result<RepositoryWatch> {
+    let config = notify_debouncer_mini::Config::default()
+        .with_timeout(debounce)
+        .with_notify_config(notify::Config::default().with_poll_interval(every));
+    let mut debouncer = notify_debouncer_mini::new_debouncer_opt::<_, notify::PollWatcher>(config, on_events)?;
+    debouncer.watcher().watch(root, RecursiveMode::Recursive)?;
+    Ok(RepositoryWatch::Polling(debouncer))
 }
 
 /// The model folder an event path is in: its first component under the root ("" for the
