@@ -8,7 +8,9 @@ models on demand costs, measured with the release build over loopback.
    start to ready, the RSS once ready, and the size of a /metrics scrape.
 3. First answers: K models on standby asked once each, one after the other, timed at the
    client (arrival to answer, one keep-alive connection): p50, p99, max.
-4. Zipf traffic (s = 1.0) over the N models with tensorplug-loadgen, at concurrency C for
+4. A warm model (m0) at c = 1, quiet, then during a storm of cold loads (BENCH_STORM_CLIENTS
+   clients asking for every model uniformly, BENCH_STORM_SECONDS): its p99 against the quiet one.
+5. Zipf traffic (s = 1.0) over the N models with tensorplug-loadgen, at concurrency C for
    D seconds: requests/s, latency, failed requests; then evictions, loads, cold starts
    (p50/p99 from the server's histogram), the peak and final RSS and the resident memory
    against the budget, and the scrape's size again.
@@ -43,6 +45,8 @@ instances = env("BENCH_INSTANCES")
 min_residency = env("BENCH_MIN_RESIDENCY_SECS", "5")
 bodies = env("BENCH_BODIES", f"{root}/tests/data/digits/test_requests.jsonl")
 keep = env("BENCH_KEEP")
+storm_clients = int(env("BENCH_STORM_CLIENTS", "8"))
+storm_seconds = int(env("BENCH_STORM_SECONDS", "5"))
 
 
 def status_mib(pid, field):
@@ -133,7 +137,34 @@ for name, q in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)]:
     print(f"| {name} | {percentile(latencies, q):.1f} |")
 print(f"| max | {max(latencies):.1f} |", flush=True)
 
-# 4. Zipf traffic over every model.
+# 4. A warm model's latency, quiet and then during a storm of cold loads (every model
+# asked for uniformly, so most requests find theirs on standby): the p99 ratio.
+def loadgen(target, extra, duration):
+    return subprocess.Popen(
+        [args.loadgen, f"http://127.0.0.1:{port}{target}", "--body-file", bodies, "-d", f"{duration}s", "-w", "1s",
+         "--json", *extra], stdout=subprocess.PIPE, text=True)
+
+
+def finished(process):
+    out, _ = process.communicate()
+    return json.loads(out)
+
+
+quiet = finished(loadgen("/v2/models/m0/infer", ["-c", "1"], storm_seconds))
+storm = loadgen("/v2/models/{model}/infer", ["--models", str(models), "--zipf", "0", "-c", str(storm_clients)],
+                storm_seconds + 2)
+time.sleep(1)
+stormy = finished(loadgen("/v2/models/m0/infer", ["-c", "1"], storm_seconds))
+cold_load = finished(storm)
+print(f"\n| the warm model m0 at c=1, quiet and during {storm_clients} clients' storm of cold loads | quiet | storm |")
+print("| --- | ---: | ---: |")
+print(f"| requests/s | {quiet['rps']:.0f} | {stormy['rps']:.0f} |")
+print(f"| p50 / p99 | {quiet['p50_us'] / 1000:.2f} / {quiet['p99_us'] / 1000:.2f} ms "
+      f"| {stormy['p50_us'] / 1000:.2f} / {stormy['p99_us'] / 1000:.2f} ms |")
+print(f"| p99 during the storm / quiet | | **{stormy['p99_us'] / max(quiet['p99_us'], 1):.2f}** |")
+print(f"| the storm: requests/s, failed | | {cold_load['rps']:.0f}, {cold_load['errors']} |", flush=True)
+
+# 5. Zipf traffic over every model.
 run = subprocess.run(
     [args.loadgen, f"http://127.0.0.1:{port}/v2/models/{{model}}/infer", "--models", str(models), "--zipf", "1.0",
      "--body-file", bodies, "-c", str(concurrency), "-d", f"{seconds}s", "-w", "2s", "--json"],

@@ -186,7 +186,7 @@ impl Repository {
             let freed = self.room.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            if let Some(reservation) = self.reservations.try_reserve(bytes, self.resident_bytes(), budget) {
+            if let Some(reservation) = self.reservations.try_reserve(bytes, || self.resident_bytes(), budget) {
                 return Some(reservation);
             }
             if self.evict_least_recent(FOR_ROOM, Some(name)) {

@@ -131,17 +131,6 @@ pub struct Growth {
     pub room: Option<Room>,
 }
 
-impl Growth {
-    /// Every instance from the start, none let go (every model resident, no floor set).
-    pub fn fixed(instances: usize) -> Self {
-        Self {
-            floor: instances,
-            idle_after: Duration::MAX,
-            room: None,
-        }
-    }
-}
-
 /// How a model version's instance count may move, and what it moves with.
 pub struct Scaling {
     pub template: Arc<PipelineTemplate>,

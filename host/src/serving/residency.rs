@@ -185,11 +185,13 @@ pub struct Reservation<'a> {
 }
 
 impl Reservations {
-    /// Reserves `bytes` if they fit under `budget` beside `resident` bytes and what is
-    /// already reserved.
-    pub fn try_reserve(&self, bytes: u64, resident: u64, budget: u64) -> Option<Reservation<'_>> {
+    /// Reserves `bytes` if they fit under `budget` beside what is resident and what is
+    /// already reserved. `resident` is read under the lock: a load that ends meanwhile
+    /// puts its model in and gives its reservation back only after, so it is counted at
+    /// least once (read before the lock, it could be counted in neither).
+    pub fn try_reserve(&self, bytes: u64, resident: impl FnOnce() -> u64, budget: u64) -> Option<Reservation<'_>> {
         let mut reserved = self.reserved.lock().unwrap_or_else(PoisonError::into_inner);
-        if resident.saturating_add(*reserved).saturating_add(bytes) > budget {
+        if resident().saturating_add(*reserved).saturating_add(bytes) > budget {
             return None;
         }
         *reserved += bytes;
@@ -328,11 +330,11 @@ mod tests {
     #[test]
     fn reservations_hold_room_until_dropped() {
         let reservations = Reservations::default();
-        let first = reservations.try_reserve(60, 30, 100).expect("fits");
-        assert!(reservations.try_reserve(20, 30, 100).is_none(), "30 + 60 + 20 > 100");
+        let first = reservations.try_reserve(60, || 30, 100).expect("fits");
+        assert!(reservations.try_reserve(20, || 30, 100).is_none(), "30 + 60 + 20 > 100");
         assert_eq!(reservations.reserved(), 60);
         drop(first);
-        assert!(reservations.try_reserve(20, 30, 100).is_some());
+        assert!(reservations.try_reserve(20, || 30, 100).is_some());
         assert_eq!(reservations.reserved(), 0, "the second was dropped at once");
     }
 
