@@ -509,20 +509,9 @@ async fn a_first_request_over_grpc_loads_its_model_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cache_filled_by_tensorplug_compile_serves_first_requests_without_compiling() {
-    // Two models whose stages differ in bytes (as two tenants' would), and a fresh cache.
-    let repository = faulty_models(&["a", "b"]);
-    let wasm = repository.path().join("b/predict.wasm");
-    let mut bytes = std::fs::read(&wasm).unwrap();
-    bytes.extend_from_slice(b"\x00\x09\x08tenant-b");
-    std::fs::write(&wasm, bytes).unwrap();
+    let (repository, _) = two_tenants();
     let cache = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tensorplug"))
-        .arg("compile")
-        .arg(repository.path())
-        .arg("--cache-dir")
-        .arg(cache.path())
-        .output()
-        .expect("tensorplug compile");
+    let output = compile_into(repository.path(), cache.path());
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -535,22 +524,7 @@ async fn a_cache_filled_by_tensorplug_compile_serves_first_requests_without_comp
     );
     assert!(printed.contains("2 models, 2 stages compiled"), "{printed}");
 
-    let cache_dir = cache.path().to_str().unwrap();
-    let server = common::process::ServerProcess::spawn(
-        repository.path(),
-        &["--residency", "on-demand", "--cache-dir", cache_dir],
-    )
-    .await;
-    for model in ["a", "b"] {
-        let response = server
-            .client
-            .post(server.url(&format!("/v2/models/{model}/infer")))
-            .json(&common::items_request(&[1.0]))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-    }
+    let server = serve_each_once(repository.path(), cache.path()).await;
     let page = common::metrics::scrape_process(&server).await;
     assert_eq!(
         page.value(
@@ -570,13 +544,7 @@ async fn a_cache_filled_by_tensorplug_compile_serves_first_requests_without_comp
 
     // A broken stage makes `compile` fail, naming it.
     std::fs::write(repository.path().join("a/predict.wasm"), b"not wasm").unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tensorplug"))
-        .args(["compile"])
-        .arg(repository.path())
-        .arg("--cache-dir")
-        .arg(cache.path())
-        .output()
-        .expect("tensorplug compile");
+    let output = compile_into(repository.path(), cache.path());
     let printed = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{printed}");
     assert!(printed.contains("error  a: predict"), "{printed}");
@@ -584,20 +552,9 @@ async fn a_cache_filled_by_tensorplug_compile_serves_first_requests_without_comp
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stages_compiled_ahead_of_time_are_mapped_and_a_damaged_one_is_compiled_instead() {
-    let repository = faulty_models(&["a", "b"]);
-    let wasm = repository.path().join("b/predict.wasm");
-    let mut bytes = std::fs::read(&wasm).unwrap();
-    bytes.extend_from_slice(b"\x00\x09\x08tenant-b");
-    std::fs::write(&wasm, bytes).unwrap();
+    let (repository, wasm) = two_tenants();
     let cache = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_tensorplug"))
-        .arg("compile")
-        .arg(repository.path())
-        .arg("--cache-dir")
-        .arg(cache.path())
-        .output()
-        .expect("tensorplug compile")
-        .status;
+    let status = compile_into(repository.path(), cache.path()).status;
     assert!(status.success());
     let mut mapped: Vec<_> = std::fs::read_dir(cache.path().join("precompiled"))
         .expect("a folder of compiled stages")
@@ -624,22 +581,7 @@ async fn stages_compiled_ahead_of_time_are_mapped_and_a_damaged_one_is_compiled_
     let compiled = std::fs::read(damaged).unwrap();
     std::fs::write(damaged, &compiled[..compiled.len() / 2]).unwrap();
 
-    let cache_dir = cache.path().to_str().unwrap();
-    let server = common::process::ServerProcess::spawn(
-        repository.path(),
-        &["--residency", "on-demand", "--cache-dir", cache_dir],
-    )
-    .await;
-    for model in ["a", "b"] {
-        let response = server
-            .client
-            .post(server.url(&format!("/v2/models/{model}/infer")))
-            .json(&common::items_request(&[1.0]))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200, "{model}");
-    }
+    let server = serve_each_once(repository.path(), cache.path()).await;
     let page = common::metrics::scrape_process(&server).await;
     let loads = |compiled| {
         page.value_or_zero(
@@ -653,6 +595,47 @@ async fn stages_compiled_ahead_of_time_are_mapped_and_a_damaged_one_is_compiled_
             line.contains("precompiled stage not used") && line.contains(&b_digest)
         })
         .await;
+}
+
+/// Models `a` and `b` whose stages differ in bytes (as two tenants' would), and `b`'s stage.
+fn two_tenants() -> (tempfile::TempDir, std::path::PathBuf) {
+    let repository = faulty_models(&["a", "b"]);
+    let wasm = repository.path().join("b/predict.wasm");
+    let mut bytes = std::fs::read(&wasm).unwrap();
+    bytes.extend_from_slice(b"\x00\x09\x08tenant-b");
+    std::fs::write(&wasm, bytes).unwrap();
+    (repository, wasm)
+}
+
+/// `tensorplug compile REPOSITORY --cache-dir CACHE`, run to its end.
+fn compile_into(repository: &Path, cache: &Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tensorplug"))
+        .arg("compile")
+        .arg(repository)
+        .arg("--cache-dir")
+        .arg(cache)
+        .output()
+        .expect("tensorplug compile")
+}
+
+/// The real server on demand over `repository` with the compile cache `cache`, after a
+/// first request (answered 200) to `a` and to `b`.
+async fn serve_each_once(repository: &Path, cache: &Path) -> common::process::ServerProcess {
+    let cache_dir = cache.to_str().unwrap();
+    let server =
+        common::process::ServerProcess::spawn(repository, &["--residency", "on-demand", "--cache-dir", cache_dir])
+            .await;
+    for model in ["a", "b"] {
+        let response = server
+            .client
+            .post(server.url(&format!("/v2/models/{model}/infer")))
+            .json(&common::items_request(&[1.0]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{model}");
+    }
+    server
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {

@@ -104,14 +104,8 @@ async fn a_shutdown_delay_serves_new_connections_with_readiness_off() {
         .await
         .expect("accepted");
     assert_eq!(ready.status().as_u16(), 503, "readiness is off at once");
-    let answer = fresh
-        .post(server.url(common::FAULTY_INFER))
-        .json(&request("x", "FP32", &[1, 1], json!([3.0])))
-        .send()
-        .await
-        .expect("still accepting during the delay");
-    assert_eq!(answer.status().as_u16(), 200);
-    let body: serde_json::Value = answer.json().await.unwrap();
+    let (status, body) = infer_on_a_new_connection(&server).await;
+    assert_eq!(status, 200);
     assert_eq!(output_f32(&body, "y"), vec![6.0]);
     assert!(
         signalled.elapsed() < Duration::from_millis(1500),
@@ -144,6 +138,14 @@ async fn during_a_shutdown_delay_a_model_on_standby_is_still_loaded_for_its_requ
     .await;
     server.terminate();
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = infer_on_a_new_connection(&server).await;
+    assert_eq!(status, 200, "{body}");
+    let exit = server.wait_exit(Duration::from_secs(30)).await.expect("exited");
+    assert_eq!(exit.code(), Some(0));
+}
+
+/// `faulty` asked for 2 × 3 on a connection of its own (as a balancer opens one).
+async fn infer_on_a_new_connection(server: &ServerProcess) -> (u16, serde_json::Value) {
     let fresh = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
     let answer = fresh
         .post(server.url(common::FAULTY_INFER))
@@ -152,10 +154,7 @@ async fn during_a_shutdown_delay_a_model_on_standby_is_still_loaded_for_its_requ
         .await
         .expect("still accepting during the delay");
     let status = answer.status().as_u16();
-    let body = answer.text().await.unwrap();
-    assert_eq!(status, 200, "{body}");
-    let exit = server.wait_exit(Duration::from_secs(30)).await.expect("exited");
-    assert_eq!(exit.code(), Some(0));
+    (status, answer.json().await.unwrap_or_default())
 }
 
 /// A shutdown delay longer than the grace cannot hold the exit past the grace: the delay
