@@ -236,6 +236,20 @@ pub async fn consumer_info(context: &jetstream::Context) -> consumer::Info {
     stream.consumer_info("tensorplug").await.expect("the shared consumer")
 }
 
+/// Messages left in the request stream once it empties, or after `within`: a replica
+/// publishes an answer before it acknowledges or deletes the request, so a client can
+/// hear the answer before the broker has removed the message.
+pub async fn stream_messages_settled(context: &jetstream::Context, within: Duration) -> u64 {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let left = stream_messages(context).await;
+        if left == 0 || std::time::Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Messages still in the request stream.
 pub async fn stream_messages(context: &jetstream::Context) -> u64 {
     let mut stream: stream::Stream = context

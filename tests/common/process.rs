@@ -91,6 +91,8 @@ impl ServerProcess {
             .args(["--log", "info"])
             .args(extra)
             .env_remove("RUST_LOG")
+            // The runtime threads CI's two cores give, whatever this machine has.
+            .env("TOKIO_WORKER_THREADS", "2")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

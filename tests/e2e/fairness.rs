@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::common;
+use common::process::ServerProcess;
 use common::TestServer;
 
 const ITEM_TIMEOUT: Duration = Duration::from_millis(500);
@@ -143,4 +144,57 @@ async fn a_lone_call_parked_in_a_host_call_ends_at_its_deadline() {
     let (status, _) = server.spawn_faulty(&[1.0]).await.unwrap();
     assert_eq!(status, 200);
     server.stop().await;
+}
+
+/// The idle path runs a lone request's calls on a runtime thread of the real binary (its
+/// own runtime, two threads, both asleep when the request comes): a call spinning to its
+/// limit, one parked in a host call, and one computing a graph through `wasi:nn` each
+/// hand that thread's place to the other thread, so the edge keeps answering and every
+/// call ends at its deadline. (Before, the other thread slept on while the timer and the
+/// sockets waited for the busy one: the edge stalled for the whole call, and a sleeping
+/// call stopped the server for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lone_calls_on_a_runtime_thread_of_an_idle_server_leave_it_answering() {
+    let repository = crate::nn::faulty_with_graphs("timeout_ms = 800", "", &[("heavy", crate::nn::heavy())]);
+    let server = ServerProcess::spawn(repository.path(), &[]).await;
+    // -2 spins in wasm code, -9 sleeps in a WASI call, -40 computes a heavy graph.
+    for value in [-2.0, -9.0, -40.0] {
+        // Both runtime threads idle, one asleep in the timer and sockets.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let body = serde_json::to_vec(&common::items_request(&[value])).unwrap();
+        let call = {
+            let (client, url) = (reqwest::Client::new(), server.url("/v2/models/faulty/infer"));
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let response = client
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .timeout(Duration::from_secs(10))
+                    .send()
+                    .await;
+                (response.map(|r| r.status().as_u16()), started.elapsed())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        let live = reqwest::Client::new()
+            .get(server.url("/v2/health/live"))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map(|r| r.status().as_u16());
+        let waited = started.elapsed();
+        assert_eq!(live.ok(), Some(200), "x = {value}");
+        assert!(
+            waited < Duration::from_millis(150),
+            "x = {value}: the edge answered after {waited:?}"
+        );
+        let (status, took) = call.await.unwrap();
+        assert_eq!(status.ok(), Some(504), "x = {value}, after {took:?}");
+        assert!(
+            took < Duration::from_millis(800 + 400),
+            "x = {value}: answered after {took:?}"
+        );
+    }
 }

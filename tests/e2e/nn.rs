@@ -394,7 +394,7 @@ async fn compute_in_a_loop_past_the_deadline_fails_its_item_only() {
 
 /// The faulty plugin with `graphs` (name, ONNX bytes) in its folder and `limits` (one
 /// instance).
-fn faulty_with_graphs(limits: &str, parameters: &str, graphs: &[(&str, Vec<u8>)]) -> tempfile::TempDir {
+pub(crate) fn faulty_with_graphs(limits: &str, parameters: &str, graphs: &[(&str, Vec<u8>)]) -> tempfile::TempDir {
     faulty_with_graphs_on(None, limits, parameters, graphs)
 }
 
@@ -427,7 +427,7 @@ fn faulty_with_graphs_on(
 
 /// 200 chained [256, 1024] x [1024, 1024] MatMuls (~10 ms each): legal, and far longer
 /// than 300 ms (~2 s).
-fn heavy() -> Vec<u8> {
+pub(crate) fn heavy() -> Vec<u8> {
     common::onnx::matmul_chain(200, 1024, Some(256))
 }
 

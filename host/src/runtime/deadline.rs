@@ -13,8 +13,8 @@
 //! never on the server's runtime, so that its shutdown cannot cancel a plugin's I/O
 //! halfway through a call. The idle path (`serving::idle`) runs a call on a runtime thread
 //! itself, within a task, where no runtime may be started ([`on_this_runtime_thread`]):
-//! there the call is polled on the spot, its thread parked while it waits, and its timer
-//! is the server runtime's (driven by the runtime threads the idle path leaves free).
+//! there the call is polled on the spot; one that waits hands the thread's place in the
+//! runtime to another before it parks, and its timer is the server runtime's.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -42,6 +42,27 @@ thread_local! {
         .ok();
 }
 
+/// The longest wasm code runs on a runtime thread (the idle path) before the call yields,
+/// handing the thread's place in the runtime to another (see [`within_here`]) and going
+/// on: how long the server's sockets may go unwatched while a plugin computes there.
+pub(crate) const RUNTIME_THREAD_SLICE: Duration = Duration::from_millis(2);
+
+/// Whether plugin calls on this thread run inside a task of the server's runtime.
+pub(crate) fn on_runtime_thread() -> bool {
+    ON_RUNTIME_THREAD.with(std::cell::Cell::get)
+}
+
+/// Runs `work`, which keeps this thread busy without waiting (native compute inside a
+/// host call), after handing the thread's place in the server's runtime to another if
+/// this is one of its threads (see [`within_here`]).
+pub(crate) fn busy<T>(work: impl FnOnce() -> T) -> T {
+    if on_runtime_thread() {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
+    }
+}
+
 /// Runs `run`, whose plugin calls happen inside a task of the server's (multi-thread)
 /// runtime, on this thread: they are polled where they are, with the runtime's timer.
 pub fn on_this_runtime_thread<T>(run: impl FnOnce() -> T) -> T {
@@ -59,7 +80,7 @@ pub fn on_this_runtime_thread<T>(run: impl FnOnce() -> T) -> T {
 /// Drives `call` on this thread until it finishes or `until` passes (the instant the
 /// store's `wasi:nn` compute also runs to, see [`super::store::StoreState::arm_deadline`]).
 pub fn within<F: Future>(until: Instant, call: F) -> Result<F::Output, DeadlinePassed> {
-    if ON_RUNTIME_THREAD.with(std::cell::Cell::get) {
+    if on_runtime_thread() {
         return within_here(until, call);
     }
     EXECUTOR.with(|executor| match executor {
@@ -77,6 +98,12 @@ pub fn within<F: Future>(until: Instant, call: F) -> Result<F::Output, DeadlineP
 /// [`within`] inside a task of the server's runtime: a call that does not wait (most:
 /// wasm code alone) ends at its first poll, and costs no timer; one that waits (parked
 /// in a host call) is then raced against the runtime's timer, this thread parked.
+///
+/// Before it parks, the thread hands its place in the runtime to another
+/// (`block_in_place`): the runtime's timer and sockets are driven by whichever of its
+/// threads sleeps in them, and a thread that went to sleep beside them while this one
+/// held them is not woken to take them over. Parked without the hand-off, the call's
+/// timer, its deadline and every connection of the server could wait for ever.
 fn within_here<F: Future>(until: Instant, call: F) -> Result<F::Output, DeadlinePassed> {
     use std::task::{Context, Poll};
     // Outside the task's budget: the runtime's cooperative budget would otherwise make
@@ -86,8 +113,10 @@ fn within_here<F: Future>(until: Instant, call: F) -> Result<F::Output, Deadline
     if let Poll::Ready(output) = call.as_mut().poll(&mut Context::from_waker(&waker)) {
         return Ok(output);
     }
-    block_on_without_timer(tokio::task::unconstrained(tokio::time::timeout_at(until.into(), call)))
-        .map_err(|_| DeadlinePassed)
+    tokio::task::block_in_place(|| {
+        block_on_without_timer(tokio::task::unconstrained(tokio::time::timeout_at(until.into(), call)))
+    })
+    .map_err(|_| DeadlinePassed)
 }
 
 /// A waker that unparks this thread.
@@ -134,5 +163,35 @@ mod tests {
         assert_eq!(parked, Err(DeadlinePassed));
         assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
         assert_eq!(within(Instant::now() + Duration::from_secs(1), async { 7 }), Ok(7));
+    }
+
+    /// A call that waits inside a task of the server's runtime, woken there by the
+    /// runtime's own timer (as a request is, by its socket), once the runtime's other
+    /// thread has gone to sleep without the timer: nothing else would drive the timer, and
+    /// the call, its deadline and every socket of the server would wait for ever.
+    #[test]
+    fn a_call_waiting_on_a_runtime_thread_still_meets_its_deadline() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        runtime.spawn(async move {
+            // Both threads idle: one sleeps in the timer, the other beside it.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let started = Instant::now();
+            let parked = on_this_runtime_thread(|| {
+                within(Instant::now() + Duration::from_millis(50), async {
+                    tokio::time::sleep(Duration::from_secs(5)).await
+                })
+            });
+            let _ = done.send((parked, started.elapsed()));
+        });
+        let outcome = finished.recv_timeout(Duration::from_secs(3));
+        runtime.shutdown_background();
+        let (parked, elapsed) = outcome.expect("the call never ended: the runtime's timer stopped");
+        assert_eq!(parked, Err(DeadlinePassed));
+        assert!(elapsed < Duration::from_secs(1), "{elapsed:?}");
     }
 }

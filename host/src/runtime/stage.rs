@@ -337,7 +337,7 @@ fn call<R>(
     make: impl AsyncFnOnce(&mut Store<StoreState>) -> wasmtime::Result<R>,
 ) -> Result<R, Trapped> {
     let limit = template.limits.call_timeout;
-    store.set_epoch_deadline(deadline::deadline_ticks(limit));
+    arm_epoch_deadline(store, limit);
     // One instant for the timer, and for `wasi:nn` compute (which epochs do not stop).
     let until = std::time::Instant::now() + limit;
     store.data_mut().arm_deadline(until);
@@ -368,6 +368,27 @@ fn call<R>(
             deadline: true,
         }),
     }
+}
+
+/// Sets the call's epoch deadline: a trap at `limit`, and on a runtime thread (the idle
+/// path) a yield first, after [`deadline::RUNTIME_THREAD_SLICE`] of wasm code, so that a
+/// long call gives the runtime thread's place away and goes on (see `deadline::within`).
+fn arm_epoch_deadline(store: &mut Store<StoreState>, limit: std::time::Duration) {
+    let ticks = deadline::deadline_ticks(limit);
+    let slice = deadline::deadline_ticks(deadline::RUNTIME_THREAD_SLICE);
+    if !deadline::on_runtime_thread() || ticks <= slice {
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(ticks);
+        return;
+    }
+    let mut rest = Some(ticks - slice);
+    store.epoch_deadline_callback(move |_| {
+        Ok(match rest.take() {
+            Some(rest) => wasmtime::UpdateDeadline::Yield(rest),
+            None => wasmtime::UpdateDeadline::Interrupt,
+        })
+    });
+    store.set_epoch_deadline(slice);
 }
 
 /// Forwards what the guest wrote to stdout/stderr to the log, tagged.

@@ -21,11 +21,12 @@
 //!   at its deadline whatever the plugin does.
 //! - **Fairness**: the job runs on the runtime thread itself, so at most one runtime
 //!   thread fewer than the runtime has may be running one at a time, server-wide
-//!   ([`InlineSlots`]): the others go on serving the edge (and drive the timers of the
-//!   calls running here), whatever those calls do until their deadlines. (Handing the
-//!   thread's tasks away first with `block_in_place` measured as costly as the hand-offs
-//!   this path saves.) A runtime with one thread (or a current-thread one) never takes
-//!   this path.
+//!   ([`InlineSlots`]): the others go on serving the edge, whatever those calls do until
+//!   their deadlines. A call that waits in a host call hands its thread's place in the
+//!   runtime to another before it parks (`block_in_place`, see
+//!   `runtime::deadline::within`), so the runtime's timer and sockets stay driven; every
+//!   call doing so up front measured as costly as the hand-offs this path saves. A runtime
+//!   with one thread (or a current-thread one) never takes this path.
 //! - **Traps and drain**: the job is the batcher's job (`instances::run_job`): same
 //!   bisection, answers and statistics; the request holds its model version until it is
 //!   answered, so a drain waits for it as for a queued one.

@@ -107,7 +107,8 @@ impl inference::HostGraphExecutionContext for StoreState {
             tensors.push((name, self.table().delete(tensor)?));
         }
         let deadline = self.deadline();
-        let outcome = graph.run(tensors, deadline, self.memory_cap());
+        let memory_cap = self.memory_cap();
+        let outcome = crate::runtime::deadline::busy(|| graph.run(tensors, deadline, memory_cap));
         let now = std::time::Instant::now();
         if now >= deadline {
             // Stopped between two nodes, or done past the deadline: a time limit either way.
