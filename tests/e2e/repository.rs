@@ -273,7 +273,9 @@ async fn model_folders_come_and_go() {
 }
 
 /// A repository on a file system without file events (NFS) is looked at every
-/// `--watch-poll-ms`: a new version is served, and a folder that goes is unloaded.
+/// `--watch-poll-ms`: a new version is served, even one of the same size written within
+/// the same second, and so is a rollback to a file older than the one it replaces (as
+/// `cp -p` or `rsync -a` leave it); a folder that goes is unloaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repository_looked_at_by_polling_follows_its_changes() {
     let repository = tempfile::tempdir().unwrap();
@@ -291,6 +293,22 @@ async fn a_repository_looked_at_by_polling_follows_its_changes() {
         (status == 200 && output_f32(&body, "y") == vec![3.0]).then_some(())
     })
     .await;
+
+    let toml = repository.path().join("faulty/model.toml");
+    std::fs::write(&toml, faulty_toml(1, 2, "")).unwrap();
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&toml)
+        .unwrap()
+        .set_modified(an_hour_ago)
+        .unwrap();
+    poll_until("the rollback to version 1 served", || async {
+        let (status, body) = server.post_faulty(&[1.0]).await;
+        (status == 200 && output_f32(&body, "y") == vec![2.0]).then_some(())
+    })
+    .await;
+
     std::fs::remove_dir_all(repository.path().join("faulty")).unwrap();
     wait_for_status(&server, "/v2/models/faulty", 404).await;
     server.stop().await;

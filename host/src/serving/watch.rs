@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use notify::RecursiveMode;
-use notify_debouncer_mini::{new_debouncer, DebounceEventResult, Debouncer};
+use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, NoCache, RecommendedCache};
 use tokio::sync::mpsc;
 
 use super::Repository;
@@ -22,8 +22,8 @@ const FALLBACK_POLL: Duration = Duration::from_secs(2);
 
 /// Keeps the watch alive; dropping it stops watching.
 pub enum RepositoryWatch {
-    Events(Debouncer<notify::RecommendedWatcher>),
-    Polling(Debouncer<notify::PollWatcher>),
+    Events(Debouncer<notify::RecommendedWatcher, RecommendedCache>),
+    Polling(Debouncer<notify::PollWatcher, NoCache>),
 }
 
 /// Starts watching `repository`'s root: through file-system events, or by looking every
@@ -43,19 +43,27 @@ pub fn watch(
         let (root, names_tx) = (root.clone(), names_tx.clone());
         move |events: DebounceEventResult| match events {
             Ok(events) => {
-                let names: BTreeSet<String> = events.iter().filter_map(|e| model_of(&root, &e.path)).collect();
+                let names: BTreeSet<String> = events
+                    .iter()
+                    .flat_map(|event| &event.paths)
+                    .filter_map(|path| model_of(&root, path))
+                    .collect();
                 if !names.is_empty() {
                     let _ = names_tx.send(names);
                 }
             }
-            Err(error) => tracing::warn!("watching the repository: {error}"),
+            Err(errors) => {
+                for error in errors {
+                    tracing::warn!("watching the repository: {error}");
+                }
+            }
         }
     };
     let watching = match poll {
         Some(every) => poll_repository(&root, debounce, every, on_events())?,
         None => {
-            let events = new_debouncer(debounce, on_events()).and_then(|mut debouncer| {
-                debouncer.watcher().watch(&root, RecursiveMode::Recursive)?;
+            let events = new_debouncer(debounce, None, on_events()).and_then(|mut debouncer| {
+                debouncer.watch(&root, RecursiveMode::Recursive)?;
                 Ok(debouncer)
             });
             match events {
@@ -97,19 +105,25 @@ pub fn watch(
     Ok(watching)
 }
 
-/// A watch that looks at every file under `root` every `every` (what changed since the
-/// last look becomes events).
+/// A watch that looks at every file under `root` every `every`: a file whose size or
+/// write time (to the nanosecond, earlier or later) differs from the last look's becomes
+/// an event, so a same-size rewrite within one second, or a rollback to an older file, is seen.
 fn poll_repository(
     root: &Path,
     debounce: Duration,
     every: Duration,
-    on_events: impl notify_debouncer_mini::DebounceEventHandler,
+    on_events: impl notify_debouncer_full::DebounceEventHandler,
 ) -> notify::Result<RepositoryWatch> {
-    let config = notify_debouncer_mini::Config::default()
+    let config = notify_debouncer_full::Config::default()
         .with_timeout(debounce)
-        .with_notify_config(notify::Config::default().with_poll_interval(every));
-    let mut debouncer = notify_debouncer_mini::new_debouncer_opt::<_, notify::PollWatcher>(config, on_events)?;
-    debouncer.watcher().watch(root, RecursiveMode::Recursive)?;
+        .with_notify_config(
+            notify::Config::default()
+                .with_event_kinds(notify::EventKindMask::CORE)
+                .with_poll_interval(every),
+        );
+    let mut debouncer =
+        notify_debouncer_full::new_debouncer_opt::<_, notify::PollWatcher, _>(config, on_events, NoCache)?;
+    debouncer.watch(root, RecursiveMode::Recursive)?;
     Ok(RepositoryWatch::Polling(debouncer))
 }
 
