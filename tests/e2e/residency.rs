@@ -415,6 +415,8 @@ async fn a_model_evicted_as_its_requests_arrive_is_loaded_again_never_lost() {
                     let body: Value = response.json().await.expect("JSON");
                     if status == 200 {
                         assert_eq!(output_f32(&body, "y"), vec![2.0 * k as f32]);
+                    } else {
+                        eprintln!("{status}: {body}");
                     }
                     statuses.push(status);
                 }

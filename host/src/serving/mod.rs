@@ -9,6 +9,7 @@ mod histogram;
 mod idle;
 mod instances;
 pub mod items;
+mod loaders;
 pub mod metrics;
 mod model;
 mod on_demand;

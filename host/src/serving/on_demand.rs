@@ -46,6 +46,9 @@ impl Repository {
             match self.status(name) {
                 Some(ModelStatus::Ready { model, .. }) => return Ok((model, waited)),
                 Some(ModelStatus::Standby(_)) => {}
+                // On demand a load under way (a reload, one from the API) is waited for like
+                // one on a request: its model lock is taken after it, which finds it done.
+                Some(ModelStatus::Loading) if self.policy.on_demand() => {}
                 Some(ModelStatus::Failed { reason }) => {
                     return Err(RepositoryError::Broken {
                         name: name.to_owned(),

@@ -201,17 +201,18 @@ impl InstanceCount for InstancePool {
             return;
         }
         let pool = self.clone();
-        // Instantiating runs plugins' `init`: off the async workers.
-        let spawned = std::thread::Builder::new()
-            .name("tensorplug-scale-up".into())
-            .spawn(move || {
-                pool.grow();
-                pool.scaling.growing.store(false, Ordering::Release);
-            });
-        if let Err(e) = spawned {
-            tracing::warn!("cannot start another instance: {e}");
-            self.scaling.growing.store(false, Ordering::Release);
-        }
+        // Instantiating runs plugins' `init`: off the async workers, on a loader thread.
+        super::loaders::spawn(move || {
+            // Cleared even if `init` panics.
+            struct Grown(Arc<InstancePool>);
+            impl Drop for Grown {
+                fn drop(&mut self) {
+                    self.0.scaling.growing.store(false, Ordering::Release);
+                }
+            }
+            let pool = Grown(pool);
+            pool.0.grow();
+        });
     }
 
     fn hold_for_drain(&self) -> usize {

@@ -282,9 +282,7 @@ impl Repository {
             waiting_for_room: std::sync::atomic::AtomicUsize::new(0),
             changes: tokio::sync::watch::Sender::new(0),
             model_locks: std::sync::Mutex::new(BTreeMap::new()),
-            load_slots: Arc::new(tokio::sync::Semaphore::new(
-                std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4)),
-            )),
+            load_slots: Arc::new(tokio::sync::Semaphore::new(super::loaders::threads())),
             dependencies: std::sync::Mutex::new(BTreeMap::new()),
             itself: std::sync::OnceLock::new(),
         }
@@ -408,9 +406,10 @@ impl Repository {
         let kind = if self.get(name).is_some() { "reload" } else { "load" };
         let slot = self.load_slots.clone().acquire_owned().await;
         let policy = self.policy;
-        // Compiling and running plugins' init blocks: off the async workers. The slot is
-        // given back when the load ends, even if nobody waits for it any more.
-        let loaded = tokio::task::spawn_blocking(move || {
+        // Compiling and running plugins' init blocks: off the async workers, on a loader
+        // thread (below the serving threads' priority). The slot is given back when the
+        // load ends, even if nobody waits for it any more.
+        let loaded = super::loaders::run(move || {
             let _slot = slot;
             let loaded = LoadedModel::load(&runtime, &dir, |limits| policy.instance_floor(limits));
             crate::runtime::release_free_memory();

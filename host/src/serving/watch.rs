@@ -1,18 +1,17 @@
 //! Watching the repository folder: a changed, added or removed model folder is reloaded,
 //! loaded or unloaded in the background.
 //!
-//! File events are debounced (a build that writes a `.wasm` in several steps, or a copy of
-//! several files, becomes one reload), mapped to the model folder they happened in, and
-//! handed one name at a time to [`Repository::reconcile`], which reloads only when the
-//! folder's files really changed (reading them, as every load does, raises events too).
+//! File events are mapped to the model folder they happened in, gathered for a debounce
+//! time (a build that writes a `.wasm` in several steps, or a copy of several files,
+//! becomes one reload), and handed one name at a time to [`Repository::reconcile`], which
+//! reloads only when the folder's files really changed.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::RecursiveMode;
-use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, NoCache, RecommendedCache};
+use notify::{EventKindMask, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 use super::Repository;
@@ -22,13 +21,14 @@ const FALLBACK_POLL: Duration = Duration::from_secs(2);
 
 /// Keeps the watch alive; dropping it stops watching.
 pub enum RepositoryWatch {
-    Events(Debouncer<notify::RecommendedWatcher, RecommendedCache>),
-    Polling(Debouncer<notify::PollWatcher, NoCache>),
+    Events(notify::RecommendedWatcher),
+    Polling(notify::PollWatcher),
 }
 
 /// Starts watching `repository`'s root: through file-system events, or by looking every
 /// `poll` if given, or when the kernel refuses events for so many folders (its inotify
-/// watch limit).
+/// watch limit). Events are gathered for `debounce` after the first of a burst, then the
+/// folders they touched are reconciled, each once.
 pub fn watch(
     repository: Arc<Repository>,
     debounce: Duration,
@@ -39,42 +39,41 @@ pub fn watch(
         .canonicalize()
         .unwrap_or_else(|_| repository.root().to_path_buf());
     let (names_tx, mut names_rx) = mpsc::unbounded_channel::<BTreeSet<String>>();
-    let on_events = || {
+    let on_event = || {
         let (root, names_tx) = (root.clone(), names_tx.clone());
-        move |events: DebounceEventResult| match events {
-            Ok(events) => {
-                let names: BTreeSet<String> = events
-                    .iter()
-                    .flat_map(|event| &event.paths)
-                    .filter_map(|path| model_of(&root, path))
-                    .collect();
+        move |event: notify::Result<notify::Event>| match event {
+            Ok(event) => {
+                let names: BTreeSet<String> = if event.need_rescan() {
+                    // Events were lost (the kernel's queue overflowed): look at everything.
+                    BTreeSet::from([String::new()])
+                } else {
+                    event.paths.iter().filter_map(|path| model_of(&root, path)).collect()
+                };
                 if !names.is_empty() {
                     let _ = names_tx.send(names);
                 }
             }
-            Err(errors) => {
-                for error in errors {
-                    tracing::warn!("watching the repository: {error}");
-                }
-            }
+            Err(error) => tracing::warn!("watching the repository: {error}"),
         }
     };
+    // Opening, reading and closing files (every load reads its folder) are not changes.
+    let changes = notify::Config::default().with_event_kinds(EventKindMask::CORE);
     let watching = match poll {
-        Some(every) => poll_repository(&root, debounce, every, on_events())?,
+        Some(every) => poll_repository(&root, changes.with_poll_interval(every), on_event())?,
         None => {
-            let events = new_debouncer(debounce, None, on_events()).and_then(|mut debouncer| {
-                debouncer.watch(&root, RecursiveMode::Recursive)?;
-                Ok(debouncer)
+            let events = notify::RecommendedWatcher::new(on_event(), changes.clone()).and_then(|mut watcher| {
+                watcher.watch(&root, RecursiveMode::Recursive)?;
+                Ok(watcher)
             });
             match events {
-                Ok(debouncer) => RepositoryWatch::Events(debouncer),
+                Ok(watcher) => RepositoryWatch::Events(watcher),
                 Err(error) => {
                     tracing::warn!(
                         poll_ms = FALLBACK_POLL.as_millis() as u64,
                         "cannot follow the repository's file events ({error}): looking at its files every 2 s \
                          instead (raise fs.inotify.max_user_watches, or set --watch-poll-ms)"
                     );
-                    poll_repository(&root, debounce, FALLBACK_POLL, on_events())?
+                    poll_repository(&root, changes.with_poll_interval(FALLBACK_POLL), on_event())?
                 }
             }
         }
@@ -82,6 +81,9 @@ pub fn watch(
     drop(names_tx);
     tokio::spawn(async move {
         while let Some(mut names) = names_rx.recv().await {
+            // A build writing a `.wasm` in several steps, or a copy of several files,
+            // becomes one reconcile.
+            tokio::time::sleep(debounce).await;
             while let Ok(more) = names_rx.try_recv() {
                 names.extend(more);
             }
@@ -105,26 +107,18 @@ pub fn watch(
     Ok(watching)
 }
 
-/// A watch that looks at every file under `root` every `every`: a file whose size or
-/// write time (to the nanosecond, earlier or later) differs from the last look's becomes
-/// an event, so a same-size rewrite within one second, or a rollback to an older file, is seen.
+/// A watch that looks at every file under `root` at the config's interval: a file whose
+/// size or write time (to the nanosecond, earlier or later) differs from the last look's
+/// becomes an event, so a same-size rewrite within one second, or a rollback to an older
+/// file, is seen.
 fn poll_repository(
     root: &Path,
-    debounce: Duration,
-    every: Duration,
-    on_events: impl notify_debouncer_full::DebounceEventHandler,
+    config: notify::Config,
+    on_event: impl notify::EventHandler,
 ) -> notify::Result<RepositoryWatch> {
-    let config = notify_debouncer_full::Config::default()
-        .with_timeout(debounce)
-        .with_notify_config(
-            notify::Config::default()
-                .with_event_kinds(notify::EventKindMask::CORE)
-                .with_poll_interval(every),
-        );
-    let mut debouncer =
-        notify_debouncer_full::new_debouncer_opt::<_, notify::PollWatcher, _>(config, on_events, NoCache)?;
-    debouncer.watch(root, RecursiveMode::Recursive)?;
-    Ok(RepositoryWatch::Polling(debouncer))
+    let mut watcher = notify::PollWatcher::new(on_event, config)?;
+    watcher.watch(root, RecursiveMode::Recursive)?;
+    Ok(RepositoryWatch::Polling(watcher))
 }
 
 /// The model folder an event path is in: its first component under the root ("" for the
