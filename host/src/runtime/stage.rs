@@ -376,19 +376,13 @@ fn call<R>(
 fn arm_epoch_deadline(store: &mut Store<StoreState>, limit: std::time::Duration) {
     let ticks = deadline::deadline_ticks(limit);
     let slice = deadline::deadline_ticks(deadline::RUNTIME_THREAD_SLICE);
-    if !deadline::on_runtime_thread() || ticks <= slice {
-        store.epoch_deadline_trap();
-        store.set_epoch_deadline(ticks);
-        return;
-    }
-    let mut rest = Some(ticks - slice);
-    store.epoch_deadline_callback(move |_| {
-        Ok(match rest.take() {
-            Some(rest) => wasmtime::UpdateDeadline::Yield(rest),
-            None => wasmtime::UpdateDeadline::Interrupt,
-        })
-    });
-    store.set_epoch_deadline(slice);
+    let (first, after_yield) = if deadline::on_runtime_thread() && ticks > slice {
+        (slice, Some(ticks - slice))
+    } else {
+        (ticks, None)
+    };
+    store.data_mut().yield_at_first_epoch_deadline(after_yield);
+    store.set_epoch_deadline(first);
 }
 
 /// Forwards what the guest wrote to stdout/stderr to the log, tagged.

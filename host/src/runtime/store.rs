@@ -142,6 +142,10 @@ pub struct StoreState {
     /// When the current call (or instantiation and `init`) must end: `wasi:nn` compute
     /// runs natively, where epochs do not interrupt it, so it checks this.
     deadline: Instant,
+    /// Epoch ticks the current call still has after its first epoch deadline, which then
+    /// yields instead of trapping (a call on a runtime thread, see `stage::call`); `None`:
+    /// the first deadline traps.
+    epoch_after_yield: Option<u64>,
 }
 
 impl StoreState {
@@ -168,6 +172,12 @@ impl StoreState {
     /// the call's timer and epoch deadline are armed for.
     pub fn arm_deadline(&mut self, deadline: Instant) {
         self.deadline = deadline;
+    }
+
+    /// Makes the current call's first epoch deadline yield and then go on for `ticks`
+    /// more (`Some`), or trap (`None`).
+    pub(crate) fn yield_at_first_epoch_deadline(&mut self, ticks: Option<u64>) {
+        self.epoch_after_yield = ticks;
     }
 
     /// When the current call's time is up.
@@ -344,12 +354,20 @@ pub fn new_store(
         initialised: false,
         declared: Declared::new(),
         deadline: Instant::now() + limits.init_timeout,
+        epoch_after_yield: None,
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limits);
     // What a call may pass to the host: its answer must fit in the instance's memory
     // anyway, so that is the bound (wasmtime's default is 128 MiB whatever the memory).
     store.set_hostcall_fuel(limits.memory_bytes.saturating_add(1 << 20));
+    // Set once, not per call: what an epoch deadline does is read from the store's state.
+    store.epoch_deadline_callback(|mut store| {
+        Ok(match store.data_mut().epoch_after_yield.take() {
+            Some(ticks) => wasmtime::UpdateDeadline::Yield(ticks),
+            None => wasmtime::UpdateDeadline::Interrupt,
+        })
+    });
     store.set_epoch_deadline(super::deadline::deadline_ticks(limits.init_timeout));
     Ok(store)
 }

@@ -191,7 +191,7 @@ pub fn run_job(
     let run = match std::panic::catch_unwind(AssertUnwindSafe(|| pipeline.run_from(start, items, &audience))) {
         Ok(run) => run,
         Err(panic) => {
-            let message = panic_text(panic.as_ref());
+            let message = super::loaders::panic_text(panic.as_ref());
             tracing::error!("pipeline panicked: {message}");
             stats.replacements.fetch_add(1, Ordering::Relaxed);
             match pipeline.fresh() {
@@ -322,13 +322,4 @@ impl Audience for JobAudience<'_> {
     fn takes_reruns(&self) -> bool {
         true
     }
-}
-
-/// The message of a caught panic, when it has one.
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }

@@ -24,16 +24,9 @@ pub struct LoaderPanicked(pub String);
 /// Runs `work` on a loader thread and returns what it returns.
 pub async fn run<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, LoaderPanicked> {
     let (done, result) = tokio::sync::oneshot::channel();
-    spawn(move || {
-        let _ = done.send(std::panic::catch_unwind(AssertUnwindSafe(work)).map_err(|panic| {
-            LoaderPanicked(
-                panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic".into()),
-            )
-        }));
+    submit(move || {
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(work));
+        let _ = done.send(outcome.map_err(|panic| LoaderPanicked(panic_text(&*panic))));
     });
     result
         .await
@@ -42,16 +35,29 @@ pub async fn run<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -
 
 /// Starts `work` on a loader thread (a panic in it is logged, not propagated).
 pub fn spawn(work: impl FnOnce() + Send + 'static) {
-    let work = move || {
-        if std::panic::catch_unwind(AssertUnwindSafe(work)).is_err() {
-            tracing::error!("work on a loader thread panicked");
+    submit(move || {
+        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(work)) {
+            tracing::error!("work on a loader thread panicked: {}", panic_text(&*panic));
         }
-    };
+    });
+}
+
+/// Queues `work`, which must not panic (a panic on a rayon thread aborts the process).
+fn submit(work: impl FnOnce() + Send + 'static) {
     match pool() {
         Some(pool) => pool.spawn(work),
         // Without loader threads (the OS refused them), on the blocking pool as before.
         None => drop(tokio::task::spawn_blocking(work)),
     }
+}
+
+/// The message of a caught panic, when it has one.
+pub(super) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 fn pool() -> Option<&'static rayon::ThreadPool> {
