@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["protocol", "serving"],
     &["pipeline"],
     &["runtime"],
-    &["model"],
+    &["model", "traces"],
 ];
 
 fn rank(module: &str) -> Option<usize> {

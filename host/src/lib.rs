@@ -15,6 +15,7 @@
 //! | [`pipeline`] | loading a model; preprocess → predict → postprocess with per-item outcomes and trap bisection |
 //! | [`runtime`] | wasmtime: compiling, sandboxing and calling plugins |
 //! | [`model`] | the shared vocabulary: tensors, item outcomes, `model.toml`, stage kinds |
+//! | [`traces`] | distributed tracing: W3C context in, the serving path's spans, OTLP out (beside `model`: neither names the other) |
 
 pub mod api;
 pub mod app;
@@ -28,6 +29,7 @@ pub mod protocol;
 pub mod runtime;
 pub mod serving;
 pub mod sync;
+pub mod traces;
 
 #[cfg(test)]
 mod layers;

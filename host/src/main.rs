@@ -36,7 +36,7 @@ async fn run() -> anyhow::Result<()> {
             config.onnxruntime.apply();
             let address = std::net::SocketAddr::new(config.host, config.http_port);
             let listener = tokio::net::TcpListener::bind(address).await?;
-            tensorplug::app::server::run(config, listener, tensorplug::app::shutdown::signal()).await
+            tensorplug::app::server::run(*config, listener, tensorplug::app::shutdown::signal()).await
         }
         Command::Infer(config) => {
             tensorplug::app::telemetry::init_stderr(config.log_filter());

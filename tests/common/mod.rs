@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod minilm;
 pub mod nats;
 pub mod onnx;
+pub mod otlp;
 pub mod process;
 pub mod python;
 

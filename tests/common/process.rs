@@ -20,17 +20,7 @@ impl ServerProcess {
     /// Serves `repository` on a free loopback port with `extra` flags, and waits until
     /// it is ready (every model loaded).
     pub async fn spawn(repository: &Path, extra: &[&str]) -> Self {
-        let server = Self::spawn_unready(repository, extra).await;
-        let started = std::time::Instant::now();
-        while started.elapsed() < super::MODELS_LOAD_WITHIN {
-            if let Ok(r) = server.client.get(server.url("/v2/health/ready")).send().await {
-                if r.status().is_success() {
-                    return server;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the server never became ready: {:?}", server.log());
+        Self::spawn_with_env(repository, extra, &[]).await
     }
 
     /// Waits until no model is loading any more; the repository index then.
@@ -62,9 +52,38 @@ impl ServerProcess {
         Self::spawn_limited(repository, extra, None).await
     }
 
+    /// [`Self::spawn`] with `env` set in its environment.
+    pub async fn spawn_with_env(repository: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let server = Self::spawn_configured(repository, extra, None, env).await;
+        server.wait_ready().await;
+        server
+    }
+
+    async fn wait_ready(&self) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < super::MODELS_LOAD_WITHIN {
+            if let Ok(r) = self.client.get(self.url("/v2/health/ready")).send().await {
+                if r.status().is_success() {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the server never became ready: {:?}", self.log());
+    }
+
     /// [`Self::spawn_unready`] under a limit of `descriptors` open files (soft and hard,
     /// RLIMIT_NOFILE) when given.
     pub async fn spawn_limited(repository: &Path, extra: &[&str], descriptors: Option<u64>) -> Self {
+        Self::spawn_configured(repository, extra, descriptors, &[]).await
+    }
+
+    async fn spawn_configured(
+        repository: &Path,
+        extra: &[&str],
+        descriptors: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> Self {
         super::require_plugins(repository);
         // TENSORPLUG_TEST_BINARY: another build (an older one, for "before" figures).
         let binary =
@@ -93,6 +112,10 @@ impl ServerProcess {
             .env_remove("RUST_LOG")
             // The runtime threads CI's two cores give, whatever this machine has.
             .env("TOKIO_WORKER_THREADS", "2")
+            // Tracing only where a test turns it on.
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -40,3 +40,4 @@ mod residency;
 mod sandbox;
 mod shutdown;
 mod special_files;
+mod traces;

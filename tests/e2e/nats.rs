@@ -890,3 +890,83 @@ async fn what_a_request_asks_of_its_answer_cannot_turn_the_server_against_the_br
     assert_eq!((info.num_ack_pending, info.num_redelivered), (0, 0));
     drop(server);
 }
+
+/// With tracing on, a published request's W3C context (its message headers, carried
+/// through JetStream) is continued: the server's `process` span is the publisher's span's
+/// child, its batch and plugin call below it, and the answer's headers name that span.
+/// Hostile trace headers are ignored: the request is answered as without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_requests_trace_is_continued_and_its_answer_names_the_server_span() {
+    use crate::common::otlp::{Behaviour, Receiver};
+    let broker = Broker::start();
+    let receiver = Receiver::start(Behaviour::Accept).await;
+    let repository = repository(&faulty_config("max_batch_size = 8", ""));
+    let url = broker.url();
+    let _server = ServerProcess::spawn_with_env(
+        repository.path(),
+        &["--nats-url", &url, "--otlp-endpoint", &receiver.endpoint],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    )
+    .await;
+    let (client, context) = connect(&broker).await;
+    let mut rx = inbox(&client, "_INBOX.traced").await;
+    let (trace_id, publisher_span) = ("5b8aa5a2d2c872e8321cf37308d69df2", "051581bf3cb55c13");
+    let traceparent = format!("00-{trace_id}-{publisher_span}-01");
+    // 10,000 members: 40 KB, within the broker's 64 KB of headers.
+    let hostile_state = "k=v,".repeat(10_000);
+    let cases: [&[(&str, &str)]; 3] = [
+        &[("traceparent", &traceparent), ("tracestate", "vendor=1")],
+        &[("traceparent", "00-not-a-context-01")],
+        &[("traceparent", &traceparent), ("tracestate", &hostile_state)],
+    ];
+    // One at a time: each request alone in its batch holds its plugin call.
+    let mut got = HashMap::new();
+    for (i, trace_headers) in cases.iter().enumerate() {
+        let mut headers = HeaderMap::new();
+        headers.insert("Tensorplug-Reply-To", format!("_INBOX.traced.{i}").as_str());
+        for (name, value) in *trace_headers {
+            headers.insert(*name, *value);
+        }
+        let body = serde_json::to_vec(&items_request(&[2.0])).unwrap();
+        publish(&context, "tensorplug.infer.faulty", headers, body).await;
+        got.extend(receive_all(&mut rx, 1, Duration::from_secs(30)).await);
+    }
+    for i in 0..cases.len() {
+        let (status, body, headers) = &got[&i.to_string()];
+        assert_eq!(*status, 200, "case {i}: {}", String::from_utf8_lossy(body));
+        let answered = headers.get("traceparent").map(|v| v.as_str().to_owned());
+        assert_eq!(answered.as_deref().map(str::len), Some(55), "case {i}: {answered:?}");
+    }
+    let (_, _, headers) = &got["0"];
+    let server_span_id = headers
+        .get("traceparent")
+        .unwrap()
+        .as_str()
+        .split('-')
+        .nth(2)
+        .unwrap()
+        .to_owned();
+    let spans = receiver
+        .trace(trace_id, Duration::from_secs(20), |spans| {
+            spans
+                .iter()
+                .any(|s| s.name == "tensorplug.predict" && !s.parent_span_id.is_empty())
+                && spans.iter().any(|s| s.name.starts_with("process "))
+        })
+        .await;
+    let process = spans
+        .iter()
+        .find(|s| s.span_id == server_span_id)
+        .unwrap_or_else(|| panic!("no server span {server_span_id} in {spans:#?}"));
+    assert_eq!(process.parent_span_id, publisher_span);
+    assert_eq!(process.kind, 5, "a consumer span");
+    assert_eq!(process.attribute("messaging.system"), Some("nats"));
+    assert_eq!(process.attribute("tensorplug.status"), Some("200"));
+    let batch = spans
+        .iter()
+        .find(|s| s.name == "tensorplug.batch" && s.parent_span_id == process.span_id)
+        .expect("the batch under the server span");
+    assert!(spans
+        .iter()
+        .any(|s| s.name == "tensorplug.predict" && s.parent_span_id == batch.span_id));
+}

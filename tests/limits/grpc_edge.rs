@@ -405,7 +405,7 @@ async fn a_hostile_item_message_leaves_the_item_status_trailer() {
 /// Metadata over 16 KiB (HTTP/2's header list, as hyper bounds it by default) is answered
 /// `RESOURCE_EXHAUSTED` with a message naming the limit, where h2 alone answers a bare
 /// HTTP 431 (gRPC clients: `UNKNOWN`) and closes the connection past 64 KiB; the
-/// connection serves its next call. Past the header list HTTP/2 accepts (256 KiB), h2's
+/// connection serves its next call. Past the header list HTTP/2 accepts (2 MiB), h2's
 /// 431 is what a client gets, and the connection still serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_metadata_is_answered_with_a_status_naming_the_limit() {
@@ -465,4 +465,71 @@ async fn oversized_metadata_is_answered_with_a_status_naming_the_limit() {
     assert_eq!(answer.http_status, 431);
     assert!(!answer.headers.contains_key("grpc-status"));
     assert_eq!(live(0).await.expect("answered after a 431").status().code(), Code::Ok);
+}
+
+/// Metadata no gRPC client sends by accident, as a fuzz run sent it: 10,000 entries, and
+/// one 1 MiB value. Both are answered `RESOURCE_EXHAUSTED` naming the limit (once h2's
+/// 431, which gRPC clients report as `UNKNOWN`), and the 1 MiB call leaves a
+/// `ModelStreamInfer` stream on the same HTTP/2 connection serving (it once took the
+/// connection down: h2 counts a header block's CONTINUATION frames against its list size).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_metadata_gets_a_status_and_spares_its_connections_other_calls() {
+    use tensorplug::grpc::edge::MAX_METADATA_BYTES;
+    let _alone = crate::ONE_AT_A_TIME.lock().await;
+    let repository = wide_faulty_repository();
+    let server = ServerProcess::spawn(repository.path(), &["--grpc-port", "0"]).await;
+    // One channel: one HTTP/2 connection for the stream and the hostile calls.
+    let channel = common::grpc::channel(server.grpc_address()).await;
+    let mut client =
+        tensorplug::protocol::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient::new(channel);
+    let (send, requests) = tokio::sync::mpsc::unbounded_channel();
+    let mut stream = client
+        .clone()
+        .model_stream_infer(tokio_stream::wrappers::UnboundedReceiverStream::new(requests))
+        .await
+        .expect("a stream")
+        .into_inner();
+    let on_stream = |value: f32| {
+        send.send(faulty_request(&[value])).expect("the stream takes a message");
+    };
+    on_stream(1.0);
+    let first = stream.message().await.expect("an answer").expect("a message");
+    assert_eq!(first.error_message, "");
+
+    let many = {
+        let mut request = tonic::Request::new(faulty_request(&[1.0]));
+        for k in 0..10_000 {
+            let name: tonic::metadata::MetadataKey<tonic::metadata::Ascii> =
+                format!("x-entry-{k}").parse().expect("a key");
+            request.metadata_mut().insert(name, "v".parse().expect("a value"));
+        }
+        request
+    };
+    let one_mib = {
+        let mut request = tonic::Request::new(faulty_request(&[1.0]));
+        request
+            .metadata_mut()
+            .insert("x-padding", "m".repeat(1 << 20).parse().expect("a value"));
+        request
+    };
+    for (what, request) in [("10,000 entries", many), ("a 1 MiB value", one_mib)] {
+        let refused = client.model_infer(request).await.expect_err("refused");
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{what}: {refused:?}");
+        assert!(
+            refused
+                .message()
+                .contains(&format!("over the limit of {MAX_METADATA_BYTES} bytes")),
+            "{what}: {refused:?}"
+        );
+        // The stream on the same connection goes on.
+        on_stream(2.0);
+        let answer = stream
+            .message()
+            .await
+            .unwrap_or_else(|e| panic!("after {what}: the stream ended: {e:?}"))
+            .expect("a message");
+        assert_eq!(answer.error_message, "", "after {what}");
+    }
+    // And a new call on it is served.
+    assert!(client.model_infer(faulty_request(&[1.0])).await.is_ok());
 }

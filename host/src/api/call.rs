@@ -21,6 +21,7 @@ use crate::protocol::{clip, InferRequest, OutputOptions};
 use crate::serving::items::Answer;
 use crate::serving::residency::LoadTimes;
 use crate::serving::{EdgeLabel, Model, Repository};
+use crate::traces::{ItemsTrace, RequestTrace};
 
 /// One inference request on its way through the server, from its model's lookup to its
 /// counted answer.
@@ -36,6 +37,8 @@ pub struct InferCall {
     edge: &'static EdgeLabel,
     arrived: Instant,
     span: Span,
+    /// The request's server span (OpenTelemetry), when tracing is on.
+    trace: RequestTrace,
 }
 
 /// What a call answered.
@@ -69,11 +72,13 @@ impl InferCall {
     /// Starts a call of `name` (at `version`, if given) that came in through `edge`. A model
     /// not served is logged as a failed request and not counted (there is no model to
     /// count it in).
+    /// `trace`: the request's server span, begun by the edge (which read its context).
     pub fn start(
         repository: &Arc<Repository>,
         edge: &'static EdgeLabel,
         name: &str,
         version: Option<&str>,
+        trace: RequestTrace,
     ) -> Result<InferCall, ServeError> {
         let arrived = Instant::now();
         // A span per request costs even when nothing is printed, so it is a debug span; the
@@ -101,10 +106,12 @@ impl InferCall {
                     edge,
                     arrived,
                     span,
+                    trace,
                 })
             }
             Err(error) => {
-                span.in_scope(|| log_failed(name, error.status(), &error));
+                span.in_scope(|| log_failed(name, error.status(), &error, &trace));
+                trace.finish(error.status());
                 Err(error)
             }
         }
@@ -127,7 +134,8 @@ impl InferCall {
     /// message, a body too large, an answer that could not be encoded), with the
     /// protocol-neutral `status` it is answered with.
     pub fn failed(&self, status: u16, error: &dyn Display) {
-        self.span.in_scope(|| log_failed(&self.config().name, status, error));
+        self.span
+            .in_scope(|| log_failed(&self.config().name, status, error, &self.trace));
     }
 
     /// Runs `request`: the answer with the requested outputs only, a failed item or every
@@ -147,7 +155,7 @@ impl InferCall {
         let options = OutputOptions::from_request(&request);
         let id = request.id.clone();
         let (model, spent) = self.resident(|config| request_timeout(config, &request)).await?;
-        let assembled = infer(&model, request, spent).await?;
+        let assembled = infer(&model, request, spent, self.items_trace(&model)).await?;
         self.span.record("items", assembled.items);
         Ok(self.inferred(model, id, options, assembled))
     }
@@ -180,6 +188,8 @@ impl InferCall {
         let model = self.model.get_or_init(|| model).clone();
         if let Some(load) = load {
             let _ = self.cold.set(load);
+            self.trace
+                .waited_for_load(name, self.arrived, load.started, load.finished);
         }
         Ok((model, self.arrived.elapsed()))
     }
@@ -207,7 +217,9 @@ impl InferCall {
                 return asked.iter().map(|_| Err(error.duplicate())).collect();
             }
         };
-        let results = infer_many(&model, requests, spent).instrument(self.span.clone()).await;
+        let results = infer_many(&model, requests, spent, self.items_trace(&model))
+            .instrument(self.span.clone())
+            .await;
         let items: usize = results.iter().flatten().map(|assembled| assembled.items).sum();
         self.span.record("items", items);
         asked
@@ -225,8 +237,13 @@ impl InferCall {
             .collect()
     }
 
+    /// What the request's items carry into `model`'s batcher of its trace.
+    fn items_trace(&self, model: &Model) -> Option<Arc<ItemsTrace>> {
+        self.trace.for_items(&model.config.name, &model.config.version)
+    }
+
     /// A request's answer with the requested outputs only, a failed item or every item's
-    /// outcome logged.
+    /// outcome logged (and recorded in its trace).
     fn inferred(
         &self,
         model: Arc<Model>,
@@ -242,9 +259,11 @@ impl InferCall {
                     model = name,
                     id = id.as_deref().map(clip).as_deref(),
                     status = error.status,
+                    trace_id = self.trace_id().as_deref(),
                     "item failed: {}",
                     error.message
                 );
+                self.trace.item_failed(0, error.status, &error.message);
                 Answer::Failure(error)
             }
             Answer::MultiStatus(outcomes) => {
@@ -254,8 +273,14 @@ impl InferCall {
                     id = id.as_deref().map(clip).as_deref(),
                     failed,
                     items = outcomes.len(),
+                    trace_id = self.trace_id().as_deref(),
                     "multi-status answer"
                 );
+                for (index, outcome) in outcomes.iter().enumerate() {
+                    if let Err(error) = outcome {
+                        self.trace.item_failed(index, error.status, &error.message);
+                    }
+                }
                 Answer::MultiStatus(
                     outcomes
                         .into_iter()
@@ -279,17 +304,28 @@ impl InferCall {
         self.answered_each([status]);
     }
 
-    /// Counts the requests of a [`InferCall::run_many`], one answered status each.
-    pub fn answered_each(self, statuses: impl IntoIterator<Item = u16>) {
+    /// Counts the requests of a [`InferCall::run_many`], one answered status each (the
+    /// call's trace ends with the highest).
+    pub fn answered_each(mut self, statuses: impl IntoIterator<Item = u16>) {
         let elapsed = self.arrived.elapsed();
         if let Some(load) = self.cold.get() {
             self.repository.residency.cold_start(self.arrived, *load);
         }
-        // A call whose model never became resident has no statistics to count it in.
-        let Some(model) = self.model.get() else { return };
+        let model = self.model.get();
+        let mut highest = 0;
         for status in statuses {
-            model.stats.record_request(self.edge, status, elapsed);
+            highest = highest.max(status);
+            // A call whose model never became resident has no statistics to count it in.
+            if let Some(model) = model {
+                model.stats.record_request(self.edge, status, elapsed);
+            }
         }
+        self.trace.take().finish(highest);
+    }
+
+    /// The request's trace id, for its log lines, when it is traced.
+    fn trace_id(&self) -> Option<String> {
+        self.trace.ids().map(|(trace, _)| trace)
     }
 }
 
@@ -303,6 +339,7 @@ impl Drop for InferCall {
 }
 
 /// The one "request failed" line (failed items are logged where they are answered).
-fn log_failed(model: &str, status: u16, error: &dyn Display) {
-    tracing::info!(model = %clip(model), status, "request failed: {error}");
+fn log_failed(model: &str, status: u16, error: &dyn Display, trace: &RequestTrace) {
+    let trace_id = trace.ids().map(|(trace, _)| trace);
+    tracing::info!(model = %clip(model), status, trace_id = trace_id.as_deref(), "request failed: {error}");
 }

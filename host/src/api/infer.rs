@@ -16,6 +16,7 @@ use crate::model::tensor::{Item, Tensor};
 use crate::protocol::{clip, render_parameter, InferRequest, ParameterValue, Parameters};
 use crate::serving::items::{assemble, split_request, Answer, RequestError};
 use crate::serving::{Model, ModelStatus, Repository, RepositoryError, Standby};
+use crate::traces::ItemsTrace;
 
 /// A model as a request finds it: resident (its instances live), or on standby (its
 /// first request loads it; its metadata is its `model.toml`'s meanwhile).
@@ -104,12 +105,17 @@ pub(super) fn request_timeout(config: &ModelConfig, request: &InferRequest) -> R
 }
 
 /// Runs `request` through `model`; `spent`: what the request's time limit already lost
-/// waiting for its model to become resident.
-pub(super) async fn infer(model: &Model, request: InferRequest, spent: Duration) -> Result<Assembled, ServeError> {
+/// waiting for its model to become resident; `trace`: the request's, when traced.
+pub(super) async fn infer(
+    model: &Model,
+    request: InferRequest,
+    spent: Duration,
+    trace: Option<Arc<ItemsTrace>>,
+) -> Result<Assembled, ServeError> {
     let (items, timeout) = prepare(&model.config, request)?;
     let timeout = timeout.saturating_sub(spent);
     let count = items.len();
-    let outcomes = model.infer(items, timeout).await?;
+    let outcomes = model.infer(items, timeout, trace).await?;
     assembled(&model.config, outcomes, count).await
 }
 
@@ -120,6 +126,7 @@ pub(super) async fn infer_many(
     model: &Model,
     requests: Vec<InferRequest>,
     spent: Duration,
+    trace: Option<Arc<ItemsTrace>>,
 ) -> Vec<Result<Assembled, ServeError>> {
     let config = &model.config;
     let mut counts: Vec<Result<usize, ServeError>> = Vec::with_capacity(requests.len());
@@ -138,7 +145,7 @@ pub(super) async fn infer_many(
         return counts.into_iter().filter_map(Result::err).map(Err).collect();
     };
     let timeout = timeout.saturating_sub(spent);
-    let mut outcomes = match model.infer(items, timeout).await {
+    let mut outcomes = match model.infer(items, timeout, trace).await {
         Ok(outcomes) => outcomes.into_iter(),
         Err(error) => {
             return counts

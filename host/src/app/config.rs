@@ -13,6 +13,7 @@ pub use crate::batch::TransportKind;
 use crate::nats::NatsSettings;
 pub use crate::nats::Readiness;
 pub use crate::serving::{ResidencyMode, ResidencyPolicy};
+use crate::traces::{OtlpProtocol, SamplerKind, TraceSettings};
 
 /// An inference server whose models are sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -25,7 +26,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve every model folder of a repository over the Open Inference Protocol.
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// Validate every model folder of a repository: parse each model.toml, compile every
     /// stage and run each stage's init. Exits non-zero when any model is broken.
     Check(CheckConfig),
@@ -36,7 +37,7 @@ pub enum Command {
     /// Exit status: 0 every line succeeded, 2 some lines failed (each has its answer line
     /// with its status and error), 1 usage or setup error (nothing was inferred), 130
     /// interrupted (rerun with --resume to answer the rest).
-    Infer(InferConfig),
+    Infer(Box<InferConfig>),
     /// Compile every stage of every model of a repository into the compile cache, ahead of
     /// time (a deploy or a container image bakes it), so that no load has to compile:
     /// `serve --cache-dir` with the same folder then reads them back in milliseconds.
@@ -515,6 +516,9 @@ pub struct ServeConfig {
 
     #[command(flatten)]
     pub nats: NatsArgs,
+
+    #[command(flatten)]
+    pub tracing: TracingArgs,
 }
 
 impl ServeConfig {
@@ -554,6 +558,7 @@ impl ServeConfig {
             connections: ConnectionArgs::default(),
             onnxruntime: OnnxRuntimeArgs::default(),
             nats: NatsArgs::default(),
+            tracing: TracingArgs::default(),
         }
     }
 
@@ -869,6 +874,82 @@ mod tests {
     fn a_grpc_port_prints_as_it_is_written() {
         for text in ["off", "0", "8081"] {
             assert_eq!(text.parse::<GrpcPort>().unwrap().to_string(), text);
+        }
+    }
+}
+
+/// Distributed tracing (off unless an OTLP endpoint is given). Each flag reads the
+/// variable every OpenTelemetry SDK reads; `OTEL_RESOURCE_ATTRIBUTES` and the batch
+/// processor's other `OTEL_BSP_*` variables are read as the SDK reads them.
+#[derive(Clone, Debug, Args)]
+pub struct TracingArgs {
+    /// The OTLP collector's base URL (`/v1/traces` is added for HTTP), e.g.
+    /// `http://localhost:4318`. Tracing is on once this or --otlp-traces-endpoint is set.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// The URL traces go to, used as it is (wins over --otlp-endpoint).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")]
+    pub otlp_traces_endpoint: Option<String>,
+
+    /// `http/protobuf` (port 4318 by convention) or `grpc` (4317).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL", value_enum, default_value_t = OtlpProtocol::HttpProtobuf)]
+    pub otlp_protocol: OtlpProtocol,
+
+    /// Longest wait for one export, in milliseconds; a collector slower than this loses
+    /// that batch of spans (counted), never a request.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TIMEOUT", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub otlp_timeout_ms: u64,
+
+    /// The `service.name` of the server's spans.
+    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "tensorplug")]
+    pub otel_service_name: String,
+
+    /// Which requests are traced: a request whose client sent a sampled context is traced
+    /// under the parent-based samplers whatever the ratio says.
+    #[arg(long, env = "OTEL_TRACES_SAMPLER", value_enum, default_value_t = SamplerKind::ParentBasedTraceIdRatio)]
+    pub trace_sampler: SamplerKind,
+
+    /// The ratio of the `traceidratio` samplers, 0 to 1.
+    #[arg(long, env = "OTEL_TRACES_SAMPLER_ARG", default_value_t = 1.0)]
+    pub trace_sampler_arg: f64,
+
+    /// Most spans waiting for export; past it, spans are dropped and counted
+    /// (`tensorplug_trace_spans_total{outcome="dropped"}`), so a collector that is down
+    /// or slow costs a bounded amount of memory.
+    #[arg(long, env = "OTEL_BSP_MAX_QUEUE_SIZE", default_value_t = 2048,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    pub trace_queue_size: u64,
+}
+
+impl Default for TracingArgs {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            otlp_traces_endpoint: None,
+            otlp_protocol: OtlpProtocol::HttpProtobuf,
+            otlp_timeout_ms: 10_000,
+            otel_service_name: "tensorplug".into(),
+            trace_sampler: SamplerKind::ParentBasedTraceIdRatio,
+            trace_sampler_arg: 1.0,
+            trace_queue_size: 2048,
+        }
+    }
+}
+
+impl TracingArgs {
+    /// What tracing is to do.
+    pub fn settings(&self) -> TraceSettings {
+        TraceSettings {
+            endpoint: self.otlp_endpoint.clone(),
+            traces_endpoint: self.otlp_traces_endpoint.clone(),
+            protocol: self.otlp_protocol,
+            service_name: self.otel_service_name.clone(),
+            sampler: self.trace_sampler,
+            ratio: self.trace_sampler_arg,
+            queue_size: self.trace_queue_size as usize,
+            export_timeout: Duration::from_millis(self.otlp_timeout_ms),
         }
     }
 }

@@ -66,6 +66,10 @@ pub async fn run_with_grpc(
     let cache_dir = config.cache.usable_dir();
     let runtime = Runtime::new(cache_dir.as_deref()).context("starting the wasm runtime")?;
     crate::runtime::purge_in_background();
+    let tracing_on = crate::traces::install(&config.tracing.settings()).context("turning tracing on")?;
+    if let Some(on) = &tracing_on {
+        tracing::info!(endpoint = on.url(), "exporting traces over OTLP");
+    }
     let metrics_on = config.metrics == Metrics::On;
     let mut edges = vec![&crate::http::REST_EDGE, &crate::http::OPENAI_EDGE];
     if grpc_listener.is_some() {
@@ -156,6 +160,9 @@ pub async fn run_with_grpc(
         true => {
             let mut registry = Registry::default();
             serving::metrics::register(&mut registry, &repository);
+            if let Some(on) = &tracing_on {
+                registry.register_collector(Box::new(crate::traces::SpanCountsCollector(on.counts.clone())));
+            }
             let grpc_metrics = GrpcMetrics::register(&mut registry);
             let nats_metrics = nats_settings.as_ref().map(|_| NatsMetrics::register(&mut registry));
             (
@@ -269,6 +276,12 @@ pub async fn run_with_grpc(
         }
     }
     in_time &= repository.drain(deadline).await;
+    if let Some(on) = tracing_on {
+        // The spans of the drained requests, within what is left of the grace (a
+        // collector that does not answer costs at most that).
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = tokio::task::spawn_blocking(move || on.shutdown(left.max(Duration::from_millis(100)))).await;
+    }
     if in_time {
         tracing::info!("stopped");
     } else {

@@ -74,9 +74,14 @@ pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 
 /// The header list size HTTP/2 accepts (SETTINGS_MAX_HEADER_LIST_SIZE), so that metadata
 /// up to it reaches the layer and is answered with a status. Past it h2 answers HTTP 431
-/// itself, and past 4 × it closes the connection. Headers are dropped as soon as the layer
-/// has refused them; what a call holds for its length stays within [`MAX_METADATA_BYTES`].
-pub const HEADER_LIST_CEILING: u32 = 256 * 1024;
+/// itself, and it closes the connection (every call on it) for a header block of more
+/// CONTINUATION frames than this size needs, or 4 × this size decoded. 2 MiB puts both
+/// far past what a client sends by mistake: 10,000 entries (about 450 KB as HTTP/2 counts
+/// them) or a 1 MiB value get the layer's status, their connection untouched. A header
+/// block is held while it arrives (one per connection at a time: HTTP/2 does not
+/// interleave them) and dropped as soon as the layer has refused it; what a call holds
+/// for its length stays within [`MAX_METADATA_BYTES`].
+pub const HEADER_LIST_CEILING: u32 = 2 * 1024 * 1024;
 
 /// The request's header list size as HTTP/2 counts it (RFC 9113, 6.5.2).
 fn metadata_bytes<B>(request: &Request<B>) -> usize {

@@ -23,6 +23,7 @@ mod read_deadline;
 mod reflection_check;
 mod service;
 pub mod status;
+mod trace;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -14,6 +14,7 @@ use super::convert;
 use super::metrics::GrpcMetrics;
 use super::server::grpc_inference_service_server::GrpcInferenceService;
 use super::status::{item_status, multi_status, status_of};
+use super::trace;
 use crate::api::repository::{self, Change, RepositoryAccess};
 use crate::api::{self, InferCall};
 use crate::protocol::grpc::proto::repository_index_response::ModelIndex;
@@ -27,6 +28,7 @@ use crate::protocol::grpc::proto::{
 };
 use crate::serving::items::Answer;
 use crate::serving::{ModelState, ModelStatus, Repository};
+use crate::traces::{Incoming, RequestTrace};
 
 /// The service, over the server's repository.
 #[derive(Clone)]
@@ -61,14 +63,15 @@ impl Inference {
             .map_err(|e| status_of(&e))
     }
 
-    /// One inference call, from message to message.
-    async fn infer(&self, message: ModelInferRequest) -> Result<ModelInferResponse, Status> {
+    /// One inference call, from message to message, in `trace`.
+    async fn infer(&self, message: ModelInferRequest, trace: RequestTrace) -> Result<ModelInferResponse, Status> {
         let version = version(&message.model_version);
         let call = InferCall::start(
             &self.repository,
             &super::status::GRPC_EDGE,
             &message.model_name,
             version,
+            trace,
         )
         .map_err(|e| status_of(&e))?;
         let (status, answer) = answer(&call, message).await;
@@ -122,11 +125,14 @@ struct Answers {
     incoming: Option<Streaming<ModelInferRequest>>,
     running: Option<Answering>,
     service: Inference,
+    /// The trace context of the stream's metadata: each message's span is a child of it.
+    context: Incoming,
 }
 
 impl Answers {
-    async fn answer(service: Inference, message: ModelInferRequest) -> ModelStreamInferResponse {
-        match service.counted("ModelStreamInfer", service.infer(message).await) {
+    async fn answer(service: Inference, message: ModelInferRequest, context: Incoming) -> ModelStreamInferResponse {
+        let trace = trace::start(context, "ModelStreamInfer");
+        match service.counted("ModelStreamInfer", service.infer(message, trace).await) {
             Ok(response) => ModelStreamInferResponse {
                 error_message: String::new(),
                 infer_response: Some(response.into_inner()),
@@ -155,7 +161,8 @@ impl Stream for Answers {
             match ready!(Pin::new(incoming).poll_next(cx)) {
                 Some(Ok(message)) => {
                     let service = self.service.clone();
-                    self.running = Some(Box::pin(Self::answer(service, message)));
+                    let context = self.context.clone();
+                    self.running = Some(Box::pin(Self::answer(service, message, context)));
                 }
                 Some(Err(status)) => {
                     self.incoming = None;
@@ -215,8 +222,12 @@ impl GrpcInferenceService for Inference {
     }
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
-        let result = self.infer(request.into_inner()).await;
-        self.counted("ModelInfer", result)
+        let trace = trace::start(trace::incoming(request.metadata()), "ModelInfer");
+        let traceparent = trace.traceparent();
+        let result = self.infer(request.into_inner(), trace).await;
+        let mut answer = self.counted("ModelInfer", result);
+        trace::carry(&mut answer, traceparent);
+        answer
     }
 
     type ModelStreamInferStream = InferStream;
@@ -229,10 +240,12 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<Streaming<ModelInferRequest>>,
     ) -> Result<Response<InferStream>, Status> {
+        let context = trace::incoming(request.metadata());
         Ok(Response::new(Box::pin(Answers {
             incoming: Some(request.into_inner()),
             running: None,
             service: self.clone(),
+            context,
         })))
     }
 

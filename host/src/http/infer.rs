@@ -14,10 +14,12 @@ use super::health::ModelPath;
 use super::metrics::Route;
 use super::response::{self, HEADER_CONTENT_LENGTH};
 use super::status::http_status;
+use super::trace;
 use super::AppState;
 use crate::api::{EncodedAnswer, InferCall};
 use crate::protocol::InferRequest;
 use crate::serving::{EdgeLabel, Model};
+use crate::traces::RequestTrace;
 
 /// The REST edge's requests, counted by their HTTP status.
 pub static REST_EDGE: EdgeLabel = EdgeLabel {
@@ -35,15 +37,28 @@ pub async fn infer(
         Some(_) => super::INFER_VERSION_ROUTE,
         None => super::INFER_ROUTE,
     };
-    let response = handle(&state, path.model, path.version, headers, body).await;
+    let url = || match &path.version {
+        Some(version) => format!("/v2/models/{}/versions/{version}/infer", path.model),
+        None => format!("/v2/models/{}/infer", path.model),
+    };
+    let trace = trace::start(&headers, route, url);
+    let traceparent = trace.traceparent();
+    let mut response = handle(&state, (path.model, path.version), headers, body, trace).await;
+    trace::carry(&mut response, traceparent);
     if let Some(metrics) = &state.metrics {
         metrics.count("POST", Route::Fixed(route), response.status().as_u16());
     }
     response
 }
 
-async fn handle(state: &AppState, name: String, version: Option<String>, headers: HeaderMap, body: Body) -> Response {
-    let call = match InferCall::start(&state.repository, &REST_EDGE, &name, version.as_deref()) {
+async fn handle(
+    state: &AppState,
+    (name, version): (String, Option<String>),
+    headers: HeaderMap,
+    body: Body,
+    trace: RequestTrace,
+) -> Response {
+    let call = match InferCall::start(&state.repository, &REST_EDGE, &name, version.as_deref(), trace) {
         Ok(call) => call,
         Err(error) => return error.into_response(),
     };

@@ -17,6 +17,7 @@ mod repository;
 mod response;
 mod scrape;
 pub mod status;
+mod trace;
 
 use std::sync::Arc;
 

@@ -19,6 +19,7 @@ use super::error::HttpError;
 use super::metrics::Route;
 use super::response;
 use super::status::http_status;
+use super::trace;
 use super::AppState;
 use crate::api::{InferCall, ServeError};
 use crate::model::config::ModelConfig;
@@ -29,6 +30,7 @@ use crate::protocol::openai::{decode_embeddings, encode_embeddings, encode_error
 use crate::protocol::{clip, InferRequest, Parameters, RequestedOutput};
 use crate::serving::items::Answer;
 use crate::serving::{EdgeLabel, ModelStatus};
+use crate::traces::RequestTrace;
 
 /// Requests through OpenAI's routes, counted by their HTTP status.
 pub static OPENAI_EDGE: EdgeLabel = EdgeLabel {
@@ -96,24 +98,34 @@ impl IntoResponse for OpenAiFailure {
 
 /// `POST /v1/embeddings`.
 pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let response = match handle(&state, &headers, body).await {
+    let mut trace = trace::start(&headers, EMBEDDINGS_ROUTE, || EMBEDDINGS_ROUTE.to_owned());
+    let traceparent = trace.traceparent();
+    let mut response = match handle(&state, &headers, body, &mut trace).await {
         Ok(response) => response,
         Err(failure) => failure.into_response(),
     };
+    // Still here when the request failed before its call began.
+    trace.finish(response.status().as_u16());
+    trace::carry(&mut response, traceparent);
     if let Some(metrics) = &state.metrics {
         metrics.count("POST", Route::Fixed(EMBEDDINGS_ROUTE), response.status().as_u16());
     }
     response
 }
 
-async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, OpenAiFailure> {
+async fn handle(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    trace: &mut RequestTrace,
+) -> Result<Response, OpenAiFailure> {
     let body = read_body(body, headers, state.max_body_bytes).await?;
     let request = decode_embeddings(&body).map_err(|bad| OpenAiFailure {
         param: bad.param,
         ..OpenAiFailure::new(400, bad.message)
     })?;
     drop(body);
-    let call = InferCall::start(&state.repository, &OPENAI_EDGE, &request.model, None)?;
+    let call = InferCall::start(&state.repository, &OPENAI_EDGE, &request.model, None, trace.take())?;
     let result = answer(&call, request).instrument(call.span().clone()).await;
     call.answered(result.as_ref().map_or_else(|failure| failure.status, |_| 200));
     result

@@ -17,6 +17,9 @@ use crate::api::{decode_body, EncodedAnswer, InferCall, ServeError};
 use crate::protocol::nats::{self as subject, headers};
 use crate::protocol::{clip, InferRequest};
 use crate::serving::Repository;
+use crate::traces::{EdgeSpan, Incoming, RequestTrace};
+use opentelemetry::trace::SpanKind;
+use opentelemetry::KeyValue;
 
 /// What every message handler shares.
 pub(super) struct Shared {
@@ -50,6 +53,8 @@ pub(super) struct Envelope {
     pub answer_to: String,
     /// Why the request named an answer subject that cannot be published to.
     pub bad_reply_to: Option<String>,
+    /// The server span's `traceparent`, for the answer's headers (tracing on).
+    pub traceparent: Option<String>,
 }
 
 impl Envelope {
@@ -83,6 +88,7 @@ impl Envelope {
             sequence,
             answer_to,
             bad_reply_to,
+            traceparent: None,
         }
     }
 
@@ -114,6 +120,7 @@ impl Envelope {
             sequence: self.sequence,
             model: &self.model,
             version,
+            traceparent: self.traceparent.as_deref(),
         }
         .to_map(&answer);
         // Moved, not copied: retries share it.
@@ -215,11 +222,14 @@ pub(super) async fn handle(shared: &Shared, message: jetstream::Message) {
 /// The answer to the request in `payload`; the envelope's request id becomes the body's
 /// `id` when it has one.
 async fn answer(shared: &Shared, envelope: &mut Envelope, headers: &HeaderMap, payload: bytes::Bytes) -> Answered {
+    let trace = start_trace(headers, &shared.settings.stream, &envelope.answer_to);
+    envelope.traceparent = trace.traceparent();
     let call = match InferCall::start(
         &shared.repository,
         &NATS_EDGE,
         &envelope.model,
         envelope.version.as_deref(),
+        trace,
     ) {
         Ok(call) => call,
         Err(error) => {
@@ -259,6 +269,27 @@ async fn answer(shared: &Shared, envelope: &mut Envelope, headers: &HeaderMap, p
     };
     call.answered(answer.status);
     Answered { answer, version }
+}
+
+/// The server span of a message from `stream`, in the trace its headers name (its
+/// publisher's context, carried through JetStream); named and described after
+/// OpenTelemetry's messaging conventions (a consumer's `process` span).
+fn start_trace(headers: &HeaderMap, stream: &str, answer_to: &str) -> RequestTrace {
+    let values = |name: &'static str| headers.get_all(name).map(|value| value.as_str().as_bytes());
+    let incoming = Incoming::from_headers(values("traceparent"), values("tracestate"));
+    let edge = || EdgeSpan {
+        name: format!("process {stream}").into(),
+        kind: SpanKind::Consumer,
+        status: |status| KeyValue::new("tensorplug.status", i64::from(status)),
+    };
+    RequestTrace::start(incoming, edge, || {
+        vec![
+            KeyValue::new("messaging.system", "nats"),
+            KeyValue::new("messaging.operation.type", "process"),
+            KeyValue::new("messaging.destination.name", stream.to_owned()),
+            KeyValue::new("tensorplug.answer_subject", clip(answer_to).into_owned()),
+        ]
+    })
 }
 
 /// The request the message carries, if the edge can read it; if not, the status and

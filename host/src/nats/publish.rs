@@ -17,6 +17,8 @@ pub struct AnswerHeaders<'a> {
     pub model: &'a str,
     /// The version that answered, when a model did.
     pub version: Option<&'a str>,
+    /// The server span's `traceparent` (tracing on).
+    pub traceparent: Option<&'a str>,
 }
 
 impl AnswerHeaders<'_> {
@@ -33,6 +35,9 @@ impl AnswerHeaders<'_> {
             map.insert(headers::MODEL_VERSION, version);
         }
         map.insert(headers::STATUS, answer.status.to_string().as_str());
+        if let Some(traceparent) = self.traceparent {
+            map.insert("traceparent", traceparent);
+        }
         match answer.json_header_len {
             Some(len) => {
                 map.insert(headers::CONTENT_TYPE, "application/octet-stream");

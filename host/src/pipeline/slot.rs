@@ -130,6 +130,7 @@ impl Stage for Slot {
     fn replace(&mut self, trapped: &Trapped) {
         self.traps += 1;
         self.live = None;
+        crate::traces::journal::replaced();
         tracing::warn!(
             stage = self.template.kind().name(),
             traps = self.traps,

@@ -24,6 +24,7 @@ use super::{Runtime, RuntimeError, WitVersion};
 use crate::model::outcome::ItemError;
 use crate::model::tensor::{Item, Tensor};
 use crate::model::StageKind;
+use crate::traces::journal::{self, CallEnd};
 
 /// The WIT world each kind of stage implements.
 fn world(kind: StageKind) -> &'static str {
@@ -284,7 +285,11 @@ impl StageInstance {
             .map(|slot| std::mem::take(*slot).into_iter().map(to_wit).collect())
             .collect();
         let (exports, store) = (&self.exports, &mut self.store);
-        let answer = call(&self.template, store, async |store| match exports {
+        let counts = Counts {
+            items: lent.len(),
+            failed: |answer: &Vec<Result<_, _>>| answer.iter().filter(|r| r.is_err()).count(),
+        };
+        let answer = call(&self.template, store, counts, async |store| match exports {
             Exports::Preprocess(e) => e.call_preprocess(store, &lent).await,
             Exports::Postprocess(e) => e.call_postprocess(store, &lent).await,
             Exports::Preprocess010(e) => e.call_preprocess(store, &lent).await,
@@ -309,9 +314,17 @@ impl StageInstance {
 
     /// Runs predict on a batch; `Ok(Err(_))` is the plugin failing the whole batch.
     pub fn predict(&mut self, batch: Vec<Tensor>) -> Result<Result<Prediction, ItemError>, Trapped> {
+        let items = batch.first().and_then(|t| t.shape.first()).map_or(0, |&n| n as usize);
         let batch: Vec<wit::Tensor> = batch.into_iter().map(to_wit).collect();
         let (exports, store) = (&self.exports, &mut self.store);
-        let answer = call(&self.template, store, async |store| match exports {
+        let counts = Counts {
+            items,
+            failed: |answer: &Result<wit::Prediction, wit::ItemError>| match answer {
+                Ok(prediction) => prediction.failures.len(),
+                Err(_) => items,
+            },
+        };
+        let answer = call(&self.template, store, counts, async |store| match exports {
             Exports::Predict(e) => e.call_predict(store, &batch).await,
             Exports::Predict010(e) => e.call_predict(store, &batch).await,
             _ => Err(wasmtime::Error::msg("predict called on a non-predict stage")),
@@ -332,6 +345,36 @@ impl StageInstance {
 /// Arms the deadline, makes one call, and forwards the guest's output to the log. A call
 /// still running at its deadline (parked in a host call) is dropped there.
 fn call<R>(
+    template: &StageTemplate,
+    store: &mut Store<StoreState>,
+    counts: Counts<impl FnOnce(&R) -> usize>,
+    make: impl AsyncFnOnce(&mut Store<StoreState>) -> wasmtime::Result<R>,
+) -> Result<R, Trapped> {
+    let started = std::time::Instant::now();
+    journal::call_started(template.kind.name());
+    let result = call_untraced(template, store, make);
+    let (failed, end) = match &result {
+        Ok(answer) => ((counts.failed)(answer), CallEnd::Answered),
+        Err(trapped) => (
+            counts.items,
+            CallEnd::Trapped {
+                message: trapped.message.clone(),
+                deadline: trapped.deadline,
+            },
+        ),
+    };
+    journal::call_ended(started.elapsed(), counts.items, failed, end);
+    result
+}
+
+/// What a traced batch's record says of a call's items: how many it was given, and how
+/// to count the ones its answer failed.
+struct Counts<F> {
+    items: usize,
+    failed: F,
+}
+
+fn call_untraced<R>(
     template: &StageTemplate,
     store: &mut Store<StoreState>,
     make: impl AsyncFnOnce(&mut Store<StoreState>) -> wasmtime::Result<R>,

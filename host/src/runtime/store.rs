@@ -255,6 +255,7 @@ impl log::Host for StoreState {
             model, version, stage, ..
         } = &self.tag;
         let (model, version) = (&**model, &**version);
+        crate::traces::journal::log(level_name(level), message);
         match level {
             log::Level::Trace => tracing::trace!(model, version, stage, "{message}"),
             log::Level::Debug => tracing::debug!(model, version, stage, "{message}"),
@@ -297,6 +298,16 @@ impl metadata::Host for StoreState {
         self.tag
             .shared
             .check_metadata(self.tag.stage, &mut self.declared, &key, value)
+    }
+}
+
+fn level_name(level: log::Level) -> &'static str {
+    match level {
+        log::Level::Trace => "trace",
+        log::Level::Debug => "debug",
+        log::Level::Info => "info",
+        log::Level::Warn => "warn",
+        log::Level::Error => "error",
     }
 }
 

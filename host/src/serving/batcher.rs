@@ -32,6 +32,7 @@ use super::stats::ModelStats;
 use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
 use crate::model::StageKind;
+use crate::traces::ItemsTrace;
 
 /// An item waiting in the queue.
 pub struct QueuedItem {
@@ -43,6 +44,8 @@ pub struct QueuedItem {
     pub deadline: Instant,
     /// When it was queued.
     pub queued_at: Instant,
+    /// Its request's trace, when the request is traced.
+    pub trace: Option<Arc<ItemsTrace>>,
     /// Holds the item's place in the bounded queue until it is dispatched (dropped
     /// with the rest of the item when it leaves the queue).
     _admission: OwnedSemaphorePermit,
@@ -137,11 +140,12 @@ impl BatcherHandle {
     }
 
     /// Queues every item of one request, or none of them; the request stops waiting at
-    /// `deadline`.
+    /// `deadline`. `trace`: the request's, when it is traced.
     pub fn submit(
         &self,
         items: Vec<Item>,
         deadline: Instant,
+        trace: Option<Arc<ItemsTrace>>,
     ) -> Result<Vec<oneshot::Receiver<ItemOutcome>>, SubmitError> {
         let request = self.next_request();
         let full = || SubmitError::QueueFull {
@@ -168,6 +172,7 @@ impl BatcherHandle {
                     request,
                     deadline,
                     queued_at,
+                    trace: trace.clone(),
                     _admission: admission,
                 })
                 .map_err(|_| SubmitError::Closed {
@@ -318,6 +323,7 @@ async fn run_queue(
                 reply: queued.reply,
                 request: queued.request,
                 deadline: queued.deadline.into_std(),
+                trace: queued.trace,
             })
             .collect();
         let job = Job {
@@ -487,7 +493,7 @@ mod tests {
     async fn a_lone_item_is_not_held_back() {
         let h = batcher(1, 8, Duration::ZERO, 64);
         let started = Instant::now();
-        let _reply = h.handle.submit(vec![item(1)], far()).unwrap();
+        let _reply = h.handle.submit(vec![item(1)], far(), None).unwrap();
         let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a batch");
         assert_eq!(markers(&job), vec![1]);
         assert!(started.elapsed() < Duration::from_millis(2), "{:?}", started.elapsed());
@@ -496,10 +502,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn batches_grow_while_every_instance_is_busy() {
         let h = batcher(1, 4, Duration::ZERO, 64);
-        let _first = h.handle.submit(vec![item(0)], far()).unwrap();
+        let _first = h.handle.submit(vec![item(0)], far(), None).unwrap();
         let busy = next_job(&h.jobs, Duration::from_secs(1)).await.expect("first batch");
         let _waiting: Vec<_> = (1..=6)
-            .map(|m| h.handle.submit(vec![item(m)], far()).unwrap())
+            .map(|m| h.handle.submit(vec![item(m)], far(), None).unwrap())
             .collect();
         assert!(
             next_job(&h.jobs, Duration::from_millis(50)).await.is_none(),
@@ -521,7 +527,7 @@ mod tests {
     async fn a_free_instance_waits_max_queue_delay_for_a_fuller_batch() {
         let h = batcher(1, 4, Duration::from_millis(10), 64);
         let started = Instant::now();
-        let _one = h.handle.submit(vec![item(1)], far()).unwrap();
+        let _one = h.handle.submit(vec![item(1)], far(), None).unwrap();
         let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a batch");
         let waited = started.elapsed();
         assert_eq!(markers(&job), vec![1]);
@@ -533,7 +539,7 @@ mod tests {
         // A full batch does not wait.
         let started = Instant::now();
         let _four: Vec<_> = (1..=4)
-            .map(|m| h.handle.submit(vec![item(m)], far()).unwrap())
+            .map(|m| h.handle.submit(vec![item(m)], far(), None).unwrap())
             .collect();
         let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a full batch");
         assert_eq!(job.items.len(), 4);
@@ -543,10 +549,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn items_whose_client_has_gone_are_skipped() {
         let h = batcher(1, 8, Duration::ZERO, 64);
-        let _first = h.handle.submit(vec![item(0)], far()).unwrap();
+        let _first = h.handle.submit(vec![item(0)], far(), None).unwrap();
         let busy = next_job(&h.jobs, Duration::from_secs(1)).await.expect("first batch");
-        let kept = h.handle.submit(vec![item(1)], far()).unwrap();
-        let gone = h.handle.submit(vec![item(2), item(3)], far()).unwrap();
+        let kept = h.handle.submit(vec![item(1)], far(), None).unwrap();
+        let gone = h.handle.submit(vec![item(2), item(3)], far(), None).unwrap();
         drop(gone); // that client hung up while its items waited
         drop(busy);
         let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("second batch");
@@ -558,10 +564,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_queue_refuses_whole_requests() {
         let h = batcher(1, 2, Duration::ZERO, 4);
-        let _first = h.handle.submit(vec![item(0)], far()).unwrap();
+        let _first = h.handle.submit(vec![item(0)], far(), None).unwrap();
         let busy = next_job(&h.jobs, Duration::from_secs(1)).await.expect("first batch");
-        let _three = h.handle.submit(vec![item(1), item(2), item(3)], far()).unwrap();
-        let refused = h.handle.submit(vec![item(4), item(5)], far());
+        let _three = h.handle.submit(vec![item(1), item(2), item(3)], far(), None).unwrap();
+        let refused = h.handle.submit(vec![item(4), item(5)], far(), None);
         assert_eq!(
             refused.err(),
             Some(SubmitError::QueueFull {
@@ -570,13 +576,13 @@ mod tests {
             })
         );
         // None of the refused request's items were queued; one more fits.
-        let _one = h.handle.submit(vec![item(6)], far()).unwrap();
-        assert!(h.handle.submit(vec![item(7)], far()).is_err());
+        let _one = h.handle.submit(vec![item(6)], far(), None).unwrap();
+        assert!(h.handle.submit(vec![item(7)], far(), None).is_err());
         drop(busy);
         let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("second batch");
         assert_eq!(markers(&job), vec![1, 2]);
         // Dispatched items leave the queue: their places are free again.
-        assert!(h.handle.submit(vec![item(8), item(9)], far()).is_ok());
+        assert!(h.handle.submit(vec![item(8), item(9)], far(), None).is_ok());
     }
 
     /// A part handed back by an instance: one item `marker` of request `request`.
@@ -587,6 +593,7 @@ mod tests {
             reply,
             request,
             deadline: std::time::Instant::now() + Duration::from_secs(3600),
+            trace: None,
         };
         let part = HandedBack {
             stage: StageKind::Predict,
@@ -598,7 +605,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn handed_back_parts_and_fresh_items_take_turns() {
         let h = batcher(1, 1, Duration::ZERO, 64);
-        let _first = h.handle.submit(vec![item(0)], far()).unwrap();
+        let _first = h.handle.submit(vec![item(0)], far(), None).unwrap();
         let busy = next_job(&h.jobs, Duration::from_secs(1)).await.expect("first batch");
         // The busy batch failed and handed back three parts, two of request 7, one of 8;
         // meanwhile two fresh requests came.
@@ -608,7 +615,9 @@ mod tests {
             replies.push(reply);
             assert!(h.link.hand_back(part).is_ok());
         }
-        let _fresh: Vec<_> = [1, 2].map(|m| h.handle.submit(vec![item(m)], far()).unwrap()).into();
+        let _fresh: Vec<_> = [1, 2]
+            .map(|m| h.handle.submit(vec![item(m)], far(), None).unwrap())
+            .into();
         drop(busy);
         let mut order = Vec::new();
         for _ in 0..5 {
@@ -628,7 +637,7 @@ mod tests {
         let (mut late, reply) = part(9, 1);
         late.items[0].deadline = std::time::Instant::now();
         assert!(h.link.hand_back(late).is_ok());
-        let _fresh = h.handle.submit(vec![item(1)], far()).unwrap();
+        let _fresh = h.handle.submit(vec![item(1)], far(), None).unwrap();
         let job = next_job(&h.jobs, Duration::from_secs(1)).await.expect("a job");
         assert_eq!(markers(&job), vec![1], "fresh items first");
         drop(job);

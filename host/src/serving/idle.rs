@@ -47,6 +47,7 @@ use super::stats::ModelStats;
 use crate::model::outcome::ItemOutcome;
 use crate::model::tensor::Item;
 use crate::model::StageKind;
+use crate::traces::ItemsTrace;
 
 /// What a request needs to run on a model's free instance itself.
 pub struct IdleModel {
@@ -112,6 +113,7 @@ impl IdlePath {
         batcher: &BatcherHandle,
         items: Vec<Item>,
         deadline: Instant,
+        trace: &Option<Arc<ItemsTrace>>,
     ) -> Result<Vec<oneshot::Receiver<ItemOutcome>>, Vec<Item>> {
         let open = self.model.enabled
             && arrival.alone
@@ -145,6 +147,7 @@ impl IdlePath {
                     reply,
                     request,
                     deadline,
+                    trace: trace.clone(),
                 }
             })
             .collect();

@@ -24,6 +24,7 @@ use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
 use crate::model::StageKind;
 use crate::pipeline::{Audience, Run};
+use crate::traces::{journal, record_batch, BatchRun, ItemsTrace};
 
 /// An item handed to an instance, with what the pipeline needs to know of its client.
 pub struct JobItem {
@@ -31,6 +32,8 @@ pub struct JobItem {
     pub reply: oneshot::Sender<ItemOutcome>,
     pub request: u64,
     pub deadline: std::time::Instant,
+    /// Its request's trace, when the request is traced.
+    pub trace: Option<Arc<ItemsTrace>>,
 }
 
 /// A batch for one instance.
@@ -169,14 +172,17 @@ pub fn run_job(
     let pipeline = &mut pooled.pipeline;
     let mut replies = Vec::with_capacity(items.len());
     let mut clients = Vec::with_capacity(items.len());
+    let mut traces = Vec::with_capacity(items.len());
     let items: Vec<Item> = items
         .into_iter()
         .map(|job_item| {
             replies.push(Some(job_item.reply));
             clients.push((job_item.request, job_item.deadline));
+            traces.push(job_item.trace);
             job_item.item
         })
         .collect();
+    let traced = traces.iter().any(Option::is_some);
     let started = std::time::Instant::now();
     let traps_before = pipeline.traps();
     let shed_before = pipeline.shed();
@@ -188,7 +194,21 @@ pub fn run_job(
         clients: &clients,
         dropped: RefCell::new(vec![false; count]),
     };
-    let run = match std::panic::catch_unwind(AssertUnwindSafe(|| pipeline.run_from(start, items, &audience))) {
+    let run_pipeline = || pipeline.run_from(start, items, &audience);
+    let outcome = if traced {
+        let (outcome, calls) = journal::recording(|| std::panic::catch_unwind(AssertUnwindSafe(run_pipeline)));
+        let run = BatchRun {
+            items: &traces,
+            started,
+            ended: std::time::Instant::now(),
+            rerun,
+        };
+        record_batch(run, calls);
+        outcome
+    } else {
+        std::panic::catch_unwind(AssertUnwindSafe(run_pipeline))
+    };
+    let run = match outcome {
         Ok(run) => run,
         Err(panic) => {
             let message = super::loaders::panic_text(panic.as_ref());
@@ -232,6 +252,7 @@ pub fn run_job(
                     reply,
                     request,
                     deadline,
+                    trace: traces[index].clone(),
                 })
             })
             .collect();

@@ -18,6 +18,7 @@ use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Item;
 use crate::pipeline::LoadedModel;
 use crate::runtime::ModelShared;
+use crate::traces::ItemsTrace;
 
 /// Why a model version could not be loaded and started.
 #[derive(Debug, thiserror::Error)]
@@ -128,12 +129,18 @@ impl Model {
     }
 
     /// Runs items through the model; each gets its outcome, or a 504 once `timeout` passes.
-    pub async fn infer(&self, items: Vec<Item>, timeout: Duration) -> Result<Vec<ItemOutcome>, SubmitError> {
+    /// `trace`: their request's, when it is traced (the batch that serves them shows in it).
+    pub async fn infer(
+        &self,
+        items: Vec<Item>,
+        timeout: Duration,
+        trace: Option<Arc<ItemsTrace>>,
+    ) -> Result<Vec<ItemOutcome>, SubmitError> {
         let deadline = Instant::now() + timeout;
         let arrival = self.idle.arrive();
-        let receivers = match self.idle.try_run(&arrival, &self.batcher, items, deadline) {
+        let receivers = match self.idle.try_run(&arrival, &self.batcher, items, deadline, &trace) {
             Ok(answered) => answered,
-            Err(items) => self.batcher.submit(items, deadline)?,
+            Err(items) => self.batcher.submit(items, deadline, trace)?,
         };
         let mut outcomes = Vec::with_capacity(receivers.len());
         for receiver in receivers {

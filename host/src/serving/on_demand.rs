@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use super::loaders;
 use super::model::Model;
 use super::repository::{standby_of, Entry, ModelStatus, Repository, RepositoryError};
 use super::residency::{EvictionCause, LoadProgress, LoadTimes, OnDemandLoad, Reservation, FOR_ROOM, IDLE, REQUEST};
@@ -290,6 +291,9 @@ impl Repository {
             idle_ms = idle.as_millis() as u64,
             "model evicted: on standby"
         );
+        // Usually the last hold on the model: unmapping its code and memories is a load's
+        // kind of work, kept off the threads that serve.
+        loaders::spawn(move || drop(entry));
         true
     }
 

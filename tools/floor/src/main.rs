@@ -10,6 +10,9 @@
 //! outputs, zero-filled, with the request's batch size) is encoded by tensorplug's own
 //! encoder. No batcher, no thread hop, no plugin, no per-request bookkeeping.
 //!
+//! For the tracing benchmark (scripts/bench-tracing.sh) it is also the cheapest OTLP/HTTP
+//! collector there can be: `POST /v1/traces` is read and acknowledged, nothing decoded.
+//!
 //! `tensorplug-floor MODEL_DIR --http-port P [--grpc-port Q]`; `GET /v2/health/ready`
 //! answers 200 once listening.
 
@@ -63,6 +66,10 @@ async fn main() -> anyhow::Result<()> {
     let router = Router::new()
         .route("/v2/health/ready", get(|| async { "{\"ready\":true}" }))
         .route("/v2/models/{model}/infer", post(infer))
+        .route(
+            "/v1/traces",
+            post(|_spans: Bytes| async { [("content-type", "application/x-protobuf")] }),
+        )
         .with_state(shapes);
     let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], args.http_port)))
         .await

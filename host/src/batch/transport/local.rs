@@ -14,6 +14,7 @@ use crate::protocol::InferRequest;
 use crate::runtime::Runtime;
 use crate::serving::items::Answer;
 use crate::serving::{EdgeLabel, Repository, RepositoryError};
+use crate::traces::RequestTrace;
 
 /// Requests run in this process, counted by their protocol-neutral status.
 static IN_PROCESS: EdgeLabel = EdgeLabel {
@@ -73,8 +74,14 @@ impl Local {
     pub(crate) async fn infer(&self, request: InferRequest) -> Result<Reply, Failure> {
         // Looked up per request (a lock-free read), so that closing can wait for the
         // last request to let go of the model.
-        let call = InferCall::start(&self.repository, &IN_PROCESS, &self.model, self.version.as_deref())
-            .map_err(|e| refused(&e))?;
+        let call = InferCall::start(
+            &self.repository,
+            &IN_PROCESS,
+            &self.model,
+            self.version.as_deref(),
+            RequestTrace::off(),
+        )
+        .map_err(|e| refused(&e))?;
         let inferred = match tokio::time::timeout(self.timeout, call.run(request)).await {
             Err(_) => return Err(Failure::timed_out(self.timeout)),
             Ok(Err(error)) => {
@@ -93,7 +100,13 @@ impl Local {
     /// request's are; each gets its own reply.
     pub(crate) async fn infer_many(&self, requests: Vec<InferRequest>) -> Vec<Result<Reply, Failure>> {
         let count = requests.len();
-        let call = match InferCall::start(&self.repository, &IN_PROCESS, &self.model, self.version.as_deref()) {
+        let call = match InferCall::start(
+            &self.repository,
+            &IN_PROCESS,
+            &self.model,
+            self.version.as_deref(),
+            RequestTrace::off(),
+        ) {
             Ok(call) => call,
             Err(error) => return vec![Err(refused(&error)); count],
         };

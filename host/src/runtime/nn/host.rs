@@ -108,8 +108,18 @@ impl inference::HostGraphExecutionContext for StoreState {
         }
         let deadline = self.deadline();
         let memory_cap = self.memory_cap();
+        let (wall, started) = (std::time::SystemTime::now(), std::time::Instant::now());
         let outcome = crate::runtime::deadline::busy(|| graph.run(tensors, deadline, memory_cap));
         let now = std::time::Instant::now();
+        let error = match &outcome {
+            _ if now >= deadline => Some("past the call's deadline".to_owned()),
+            Ok(_) => None,
+            Err(RunError::Invalid(message) | RunError::Failed(message) | RunError::TooLarge(message)) => {
+                Some(message.clone())
+            }
+            Err(RunError::Deadline) => Some("past the call's deadline".to_owned()),
+        };
+        crate::traces::journal::compute(wall, now - started, error);
         if now >= deadline {
             // Stopped between two nodes, or done past the deadline: a time limit either way.
             super::counters::compute_past_deadline(now - deadline);
