@@ -41,7 +41,13 @@ async fn run() -> anyhow::Result<()> {
         Command::Infer(config) => {
             tensorplug::app::telemetry::init_stderr(config.log_filter());
             config.onnxruntime.apply();
+            let tracing = tensorplug::traces::install(&config.tracing.settings())?;
             let code = tensorplug::batch::run(config.options()).await;
+            if let Some(tracing) = tracing {
+                // The run's last spans, within 5 s (a collector that does not answer costs no more).
+                let flushed = move || tracing.shutdown(std::time::Duration::from_secs(5));
+                let _ = tokio::task::spawn_blocking(flushed).await;
+            }
             std::process::exit(code);
         }
         Command::New(config) => {

@@ -25,6 +25,12 @@ pub async fn scrape_process(server: &super::process::ServerProcess) -> Metrics {
     Metrics::parse(response.text().await.expect("metrics body"))
 }
 
+/// `/metrics` of a server process as text, unparsed (exemplars and all).
+pub async fn text_of_process(server: &super::process::ServerProcess) -> String {
+    let response = get_metrics(&server.client, server.url("/metrics")).await;
+    response.text().await.expect("metrics body")
+}
+
 /// `/metrics` at `url`, parsed; `None` if it could not be fetched (a sampler that must not
 /// fail the test on one lost scrape).
 pub async fn scrape_url(url: &str) -> Option<Metrics> {

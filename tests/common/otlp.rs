@@ -1,6 +1,7 @@
-//! An OTLP/HTTP receiver for the tracing tests: what the server exports, decoded with
-//! OpenTelemetry's own protobuf messages (the `opentelemetry-proto` crate), as plain spans
-//! to assert on. It can also refuse every export, or take them and never answer.
+//! An OTLP receiver for the tracing tests, over HTTP (or gRPC, with OpenTelemetry's own
+//! service definition): what the server exports, decoded with OpenTelemetry's own protobuf
+//! messages (the `opentelemetry-proto` crate), as plain spans to assert on. Over HTTP it
+//! can also refuse every export, or take them and never answer.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -11,6 +12,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
@@ -104,6 +106,32 @@ impl Receiver {
         }
     }
 
+    /// A receiver of OTLP over gRPC (`--otlp-protocol grpc`), taking every export.
+    pub async fn start_grpc() -> Receiver {
+        let shared = Shared {
+            received: Arc::default(),
+            behaviour: Arc::new(Mutex::new(Behaviour::Accept)),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the receiver");
+        let endpoint = format!("http://{}", listener.local_addr().expect("address"));
+        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        let service = TraceServiceServer::new(GrpcReceiver(shared.clone()));
+        let task = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming)
+                .await;
+        });
+        Receiver {
+            endpoint,
+            received: shared.received,
+            behaviour: shared.behaviour,
+            task,
+        }
+    }
+
     pub fn set(&self, behaviour: Behaviour) {
         *self.behaviour.lock().unwrap() = behaviour;
     }
@@ -155,6 +183,27 @@ async fn export(State(shared): State<Shared>, body: Bytes) -> (StatusCode, Vec<u
     let Ok(request) = ExportTraceServiceRequest::decode(body) else {
         return (StatusCode::BAD_REQUEST, Vec::new());
     };
+    keep(&shared, request);
+    (StatusCode::OK, ExportTraceServiceResponse::default().encode_to_vec())
+}
+
+/// The gRPC receiver: OpenTelemetry's own service definition.
+struct GrpcReceiver(Shared);
+
+#[tonic::async_trait]
+impl TraceService for GrpcReceiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.0.received.lock().unwrap().exports += 1;
+        keep(&self.0, request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// The spans of an export, as the tests read them.
+fn keep(shared: &Shared, request: ExportTraceServiceRequest) {
     let mut received = shared.received.lock().unwrap();
     for resource_spans in request.resource_spans {
         if let Some(resource) = &resource_spans.resource {
@@ -185,7 +234,6 @@ async fn export(State(shared): State<Shared>, body: Bytes) -> (StatusCode, Vec<u
             }
         }
     }
-    (StatusCode::OK, ExportTraceServiceResponse::default().encode_to_vec())
 }
 
 fn hex(bytes: &[u8]) -> String {

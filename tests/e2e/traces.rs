@@ -105,7 +105,7 @@ const EXPORTED_WITHIN: Duration = Duration::from_secs(20);
 #[tokio::test]
 async fn a_rest_request_is_one_tree_from_its_clients_span_to_its_plugin_call() {
     let receiver = Receiver::start(Behaviour::Accept).await;
-    let (server, _repository) = traced_server(&receiver, &[], SHARED_BATCHES).await;
+    let (server, _repository) = traced_server(&receiver, &["--trace-exemplars"], SHARED_BATCHES).await;
     let client = ClientSpan::new(1);
     let (status, traceparent, body) = infer(&server, &[1.5], &[("traceparent", client.traceparent().as_bytes())]).await;
     assert_eq!(status, 200, "{body}");
@@ -146,6 +146,15 @@ async fn a_rest_request_is_one_tree_from_its_clients_span_to_its_plugin_call() {
     assert!(receiver.service_names().iter().all(|n| n == "tensorplug-under-test"));
     // The tree as docs/operations.md draws it (`--nocapture`).
     println!("{}", tree(&spans, &client.span_id, 0));
+
+    // The request's duration on /metrics points to its trace (an OpenMetrics exemplar).
+    let metrics = crate::common::metrics::text_of_process(&server).await;
+    let exemplar = format!("# {{trace_id=\"{}\"}}", client.trace_id);
+    let bucket = metrics
+        .lines()
+        .find(|line| line.starts_with("tensorplug_request_duration_seconds_bucket{") && line.contains(&exemplar))
+        .unwrap_or_else(|| panic!("no exemplar of the trace in {metrics}"));
+    assert!(bucket.contains("model=\"faulty\""), "{bucket}");
 }
 
 /// The spans under `parent`, indented, with their durations.
@@ -447,25 +456,10 @@ async fn a_collector_down_or_silent_costs_no_request_and_the_queue_stays_bounded
         assert_eq!(status, 200, "{body}");
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let metrics = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let value = |series: &str| -> f64 {
-        metrics
-            .lines()
-            .find(|line| line.starts_with(series))
-            .and_then(|line| line.rsplit(' ').next()?.parse().ok())
-            .unwrap_or_else(|| panic!("no {series} in {metrics}"))
-    };
-    let dropped = value("tensorplug_trace_spans_total{outcome=\"dropped\"}");
-    let failed = value("tensorplug_trace_spans_total{outcome=\"failed\"}");
-    let waiting = value("tensorplug_trace_spans_waiting");
+    let metrics = crate::common::metrics::scrape_process(&server).await;
+    let value = |outcome: &str| metrics.value("tensorplug_trace_spans_total", &[("outcome", outcome)]);
+    let (dropped, failed) = (value("dropped"), value("failed"));
+    let waiting = metrics.value("tensorplug_trace_spans_waiting", &[]);
     println!("dropped {dropped}, failed {failed}, waiting {waiting}");
     assert!(
         dropped > 0.0,
@@ -621,4 +615,117 @@ async fn each_stage_of_a_pipeline_is_a_span_under_the_batch() {
     let names: Vec<&str> = calls.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, stages);
     println!("{}", tree(&spans, &client.span_id, 0));
+}
+
+/// `tensorplug infer` with an OTLP endpoint: the run is one trace. Its root span holds a
+/// client span per request sent, whose context the request carries: against a server
+/// (REST, gRPC), that server's span is the client span's child; in-process, the server span is
+/// made in the same process, under the client span. Below each, the batch and its call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tensorplug_infer_run_is_one_trace_down_to_each_plugin_call() {
+    let receiver = Receiver::start(Behaviour::Accept).await;
+    let (server, repository) = traced_server(&receiver, &["--grpc-port", "0"], QUICK_BATCHES).await;
+    let work = tempfile::tempdir().expect("a folder");
+    let input = work.path().join("in.jsonl");
+    let lines: Vec<String> = (1..=4)
+        .map(|k| {
+            json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [k as f32]}]}).to_string()
+        })
+        .collect();
+    std::fs::write(&input, lines.join("\n") + "\n").expect("the input");
+    let url = format!("http://{}", server.address);
+    let cache = crate::common::compile_cache();
+    let grpc = server.grpc_address().to_string();
+    let targets: [(&str, Vec<&str>, &str); 3] = [
+        ("rest", vec!["--url", &url], "POST /v2/models/{model}/infer"),
+        (
+            "grpc",
+            vec!["--url", &grpc, "-t", "grpc"],
+            "inference.GRPCInferenceService/ModelInfer",
+        ),
+        (
+            "in-process",
+            vec![
+                "--repository",
+                repository.path().to_str().unwrap(),
+                "--cache-dir",
+                cache.to_str().unwrap(),
+            ],
+            "tensorplug.infer.in_process",
+        ),
+    ];
+    for (what, target, server_span_name) in targets {
+        let output = work.path().join(format!("{what}.jsonl"));
+        // One worker: each request alone in its batch holds its plugin call.
+        let mut list = crate::batch::args(&[
+            "-m",
+            "faulty",
+            "-w",
+            "1",
+            "-i",
+            input.to_str().unwrap(),
+            "-o",
+            output.to_str().unwrap(),
+        ]);
+        list.extend(target.iter().map(|s| (*s).to_owned()));
+        list.extend(["--otlp-endpoint".to_owned(), receiver.endpoint.clone()]);
+        let mut command = crate::batch::infer_command(&list);
+        command.env("OTEL_BSP_SCHEDULE_DELAY", "100");
+        let run = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .expect("join")
+            .expect("run tensorplug infer");
+        let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+        assert_eq!(run.status.code(), Some(0), "{what}: {stderr}");
+        assert_eq!(crate::batch::read_lines(&output).len(), 4, "{what}");
+        let trace_id = stderr
+            .lines()
+            .find_map(|line| line.strip_prefix("tensorplug infer: trace "))
+            .unwrap_or_else(|| panic!("{what}: no trace id in {stderr}"))
+            .trim()
+            .to_owned();
+        let spans = receiver
+            .trace(&trace_id, EXPORTED_WITHIN, |spans| {
+                spans.iter().any(|s| s.name == "tensorplug infer")
+                    && spans.iter().filter(|s| s.name == "tensorplug.predict").count() >= 4
+            })
+            .await;
+        let root = one(&spans, "tensorplug infer");
+        assert_eq!(root.parent_span_id, "", "{what}: the run is the root");
+        assert_eq!(root.attribute("tensorplug.infer.lines"), Some("4"), "{what}");
+        let requests = named(&spans, "tensorplug.infer.request");
+        assert_eq!(requests.len(), 4, "{what}: a client span per request (one line each)");
+        for request in requests {
+            assert_eq!(request.parent_span_id, root.span_id, "{what}");
+            assert_eq!(request.kind, 3, "{what}: a client span");
+            assert_eq!(request.attribute("tensorplug.status"), Some("200"), "{what}");
+            let server_span = spans
+                .iter()
+                .find(|s| s.parent_span_id == request.span_id)
+                .unwrap_or_else(|| panic!("{what}: no server span under a request in {spans:#?}"));
+            assert_eq!(server_span.name, server_span_name, "{what}");
+            let batch = spans
+                .iter()
+                .find(|s| s.name == "tensorplug.batch" && s.parent_span_id == server_span.span_id)
+                .unwrap_or_else(|| panic!("{what}: no batch under the server span"));
+            assert!(
+                spans.iter().any(|s| s.parent_span_id == batch.span_id),
+                "{what}: no call under the batch"
+            );
+        }
+    }
+}
+
+/// `--otlp-protocol grpc`: the same spans, exported over OTLP's gRPC service.
+#[tokio::test]
+async fn spans_go_over_otlp_s_grpc_service_too() {
+    let receiver = Receiver::start_grpc().await;
+    let (server, _repository) = traced_server(&receiver, &["--otlp-protocol", "grpc"], QUICK_BATCHES).await;
+    let client = ClientSpan::new(77);
+    let (status, _, body) = infer(&server, &[1.0], &[("traceparent", client.traceparent().as_bytes())]).await;
+    assert_eq!(status, 200, "{body}");
+    let spans = receiver.trace(&client.trace_id, EXPORTED_WITHIN, whole).await;
+    let server_span = one(&spans, "POST /v2/models/{model}/infer");
+    assert_eq!(server_span.parent_span_id, client.span_id);
+    assert_eq!(one(&spans, "tensorplug.batch").parent_span_id, server_span.span_id);
 }

@@ -252,6 +252,7 @@ impl InferCall {
         assembled: Assembled,
     ) -> Inferred {
         let name = model.config.name.as_str();
+        let trace = self.trace.ids();
         let answer = match assembled.answer {
             Answer::Success(outputs) => Answer::Success(options.filter(outputs)),
             Answer::Failure(error) => {
@@ -259,7 +260,8 @@ impl InferCall {
                     model = name,
                     id = id.as_deref().map(clip).as_deref(),
                     status = error.status,
-                    trace_id = self.trace_id().as_deref(),
+                    trace_id = trace.as_ref().map(|(t, _)| t.as_str()),
+                    span_id = trace.as_ref().map(|(_, s)| s.as_str()),
                     "item failed: {}",
                     error.message
                 );
@@ -273,7 +275,8 @@ impl InferCall {
                     id = id.as_deref().map(clip).as_deref(),
                     failed,
                     items = outcomes.len(),
-                    trace_id = self.trace_id().as_deref(),
+                    trace_id = trace.as_ref().map(|(t, _)| t.as_str()),
+                    span_id = trace.as_ref().map(|(_, s)| s.as_str()),
                     "multi-status answer"
                 );
                 for (index, outcome) in outcomes.iter().enumerate() {
@@ -312,12 +315,16 @@ impl InferCall {
             self.repository.residency.cold_start(self.arrived, *load);
         }
         let model = self.model.get();
+        // Only the exemplars' histogram reads it: no id is formatted per request otherwise.
+        let trace_id = crate::traces::exemplars().then(|| self.trace_id()).flatten();
         let mut highest = 0;
         for status in statuses {
             highest = highest.max(status);
             // A call whose model never became resident has no statistics to count it in.
             if let Some(model) = model {
-                model.stats.record_request(self.edge, status, elapsed);
+                model
+                    .stats
+                    .record_request(self.edge, status, elapsed, trace_id.as_deref());
             }
         }
         self.trace.take().finish(highest);
@@ -340,6 +347,12 @@ impl Drop for InferCall {
 
 /// The one "request failed" line (failed items are logged where they are answered).
 fn log_failed(model: &str, status: u16, error: &dyn Display, trace: &RequestTrace) {
-    let trace_id = trace.ids().map(|(trace, _)| trace);
-    tracing::info!(model = %clip(model), status, trace_id = trace_id.as_deref(), "request failed: {error}");
+    let ids = trace.ids();
+    tracing::info!(
+        model = %clip(model),
+        status,
+        trace_id = ids.as_ref().map(|(t, _)| t.as_str()),
+        span_id = ids.as_ref().map(|(_, s)| s.as_str()),
+        "request failed: {error}"
+    );
 }

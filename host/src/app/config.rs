@@ -197,6 +197,12 @@ pub struct InferConfig {
     /// In-process: ONNX Runtime for the model's graphs that ask for it.
     #[command(flatten)]
     pub onnxruntime: OnnxRuntimeArgs,
+
+    /// With an OTLP endpoint (flag or `OTEL_EXPORTER_OTLP_ENDPOINT`), the run is one trace:
+    /// a span for it, and a client span for each request, whose context the request
+    /// carries to the server.
+    #[command(flatten)]
+    pub tracing: TracingArgs,
 }
 
 impl InferConfig {
@@ -921,6 +927,12 @@ pub struct TracingArgs {
     #[arg(long, env = "OTEL_BSP_MAX_QUEUE_SIZE", default_value_t = 2048,
           value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     pub trace_queue_size: u64,
+
+    /// Exemplars on `tensorplug_request_duration_seconds`: each bucket keeps the trace id
+    /// of the latest sampled request in it (a dashboard's p99 links to the trace). Costs
+    /// a lock per request.
+    #[arg(long, env = "TENSORPLUG_TRACE_EXEMPLARS")]
+    pub trace_exemplars: bool,
 }
 
 impl Default for TracingArgs {
@@ -934,6 +946,7 @@ impl Default for TracingArgs {
             trace_sampler: SamplerKind::ParentBasedTraceIdRatio,
             trace_sampler_arg: 1.0,
             trace_queue_size: 2048,
+            trace_exemplars: false,
         }
     }
 }
@@ -950,6 +963,7 @@ impl TracingArgs {
             ratio: self.trace_sampler_arg,
             queue_size: self.trace_queue_size as usize,
             export_timeout: Duration::from_millis(self.otlp_timeout_ms),
+            exemplars: self.trace_exemplars,
         }
     }
 }

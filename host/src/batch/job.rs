@@ -22,6 +22,7 @@ use super::stop::Stop;
 use super::transport::{ModelInfo, SetupError, Transport};
 use super::worker::Worker;
 use crate::protocol::clip;
+use crate::traces::JobTrace;
 
 /// Every line succeeded.
 pub const EXIT_OK: i32 = 0;
@@ -76,6 +77,10 @@ async fn run_job(options: Options) -> Result<i32, BatchError> {
         source,
     })?;
     let transport = Arc::new(Transport::connect(&options).await?);
+    let trace = Arc::new(JobTrace::start(&options.model, transport.name()));
+    if let Some(trace_id) = trace.trace_id() {
+        eprintln!("tensorplug infer: trace {trace_id}");
+    }
     let batch_size = batch_size(&options, transport.info());
     let resumed = resume(&options)?;
     let sink = OutputSink::open(&options.output, options.resume).map_err(|source| BatchError::Output {
@@ -90,11 +95,15 @@ async fn run_job(options: Options) -> Result<i32, BatchError> {
         transport: transport.clone(),
         counters: counters.clone(),
         stop: stop.clone(),
+        trace: trace.clone(),
     };
     let mut stages = Stages::start(&options, batch_size, input, sink, resumed.done, shared);
     let interrupted = wait_or_interrupt(&mut stages.workers, &stop, &progress).await;
     let (read, written) = stages.join().await;
     transport.close().await;
+    if let Ok(trace) = Arc::try_unwrap(trace) {
+        trace.finish(counters.written(), counters.failed());
+    }
     progress.finish();
     report(&options, &counters, started, read, written, interrupted)
 }
@@ -150,6 +159,7 @@ struct Shared {
     transport: Arc<Transport>,
     counters: Arc<Counters>,
     stop: Arc<Stop>,
+    trace: Arc<JobTrace>,
 }
 
 /// The running stages: the reader and the writer (threads), and the workers.
@@ -206,6 +216,7 @@ impl Stages {
                 stop: shared.stop.clone(),
                 counters: shared.counters.clone(),
                 answers: answer_tx.clone(),
+                trace: shared.trace.clone(),
             };
             workers.spawn(worker.run(grouper.clone()));
         }

@@ -53,7 +53,7 @@ impl Counters {
         self.failed.load(Ordering::Relaxed)
     }
 
-    fn written(&self) -> u64 {
+    pub(crate) fn written(&self) -> u64 {
         self.ok.load(Ordering::Relaxed) + self.failed()
     }
 

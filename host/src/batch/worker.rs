@@ -38,7 +38,9 @@ use super::random::new_inference_id;
 use super::retry::RetryPolicy;
 use super::stop::Stop;
 use super::transport::local::Local;
+use super::transport::reply_status;
 use super::transport::{Failure, Reply, Transport};
+use crate::traces::JobTrace;
 
 /// One of the `--workers` request loops.
 pub(crate) struct Worker {
@@ -47,6 +49,8 @@ pub(crate) struct Worker {
     pub stop: Arc<Stop>,
     pub counters: Arc<Counters>,
     pub answers: mpsc::Sender<AnswerLine>,
+    /// The run's trace: each request sent is a client span of it.
+    pub trace: Arc<JobTrace>,
 }
 
 /// A line on its way through a worker.
@@ -125,7 +129,9 @@ impl Worker {
                 request
             })
             .collect();
-        let replies = local.infer_many(requests).await;
+        let trace = self.trace.request(group.len());
+        let replies = local.infer_many(requests, &trace).await;
+        trace.finish(replies.iter().map(reply_status).max().unwrap_or(0));
         let each = group
             .into_iter()
             .zip(replies)
@@ -157,7 +163,10 @@ impl Worker {
                 Some(reply) => reply,
                 None => {
                     let requests: Vec<_> = batch.iter().map(|p| &p.line.request).collect();
-                    self.transport.infer(merge::merge(&requests, &inference_id)).await
+                    let trace = self.trace.request(batch.len());
+                    self.transport
+                        .infer(merge::merge(&requests, &inference_id), trace)
+                        .await
                 }
             };
             let finish = |pending: Pending, outcome: LineOutcome| pending.resolved(outcome, inference_id.clone());

@@ -16,7 +16,6 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::histogram::AtomicHistogram;
 use super::stats::{Histograms, ModelStats, StatsSnapshot};
 use super::{Model, ModelState, Repository};
 use crate::model::openmetrics::{Escaped, EscapedLabels};
@@ -152,8 +151,11 @@ struct HistogramFamily {
     name: &'static str,
     help: &'static str,
     /// Extra labels and the histogram, for each series of one version.
-    series: for<'a> fn(&'a ModelStats, &'a Histograms) -> Vec<(ExtraLabel, &'a AtomicHistogram)>,
+    series: for<'a> fn(&'a ModelStats, &'a Histograms) -> Vec<HistogramSeries<'a>>,
 }
+
+/// One histogram series of a version: its extra label and the histogram.
+type HistogramSeries<'a> = (ExtraLabel, &'a dyn EncodeMetric);
 
 /// A gauge of every version: name, help, and how to read it.
 type GaugeFamily = (&'static str, &'static str, fn(&Model, &StatsSnapshot) -> i64);
@@ -176,7 +178,7 @@ const HISTOGRAMS: [HistogramFamily; 4] = [
             [StageKind::Preprocess, StageKind::Predict, StageKind::Postprocess]
                 .into_iter()
                 .zip(&h.stage)
-                .map(|(kind, histogram)| (Some(("stage", kind.name())), histogram))
+                .map(|(kind, histogram)| (Some(("stage", kind.name())), histogram as &dyn EncodeMetric))
                 .collect()
         },
     },
@@ -186,7 +188,7 @@ const HISTOGRAMS: [HistogramFamily; 4] = [
         series: |stats, _| {
             stats
                 .edges()
-                .filter_map(|(edge, histogram)| Some((Some(("protocol", edge.name)), histogram?)))
+                .filter_map(|(edge, histogram)| Some((Some(("protocol", edge.name)), histogram? as &dyn EncodeMetric)))
                 .collect()
         },
     },

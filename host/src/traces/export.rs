@@ -62,6 +62,8 @@ pub struct TraceSettings {
     pub queue_size: usize,
     /// Longest wait for one export before it counts as failed.
     pub export_timeout: Duration,
+    /// Whether the request-duration histograms carry exemplars (a lock per request).
+    pub exemplars: bool,
 }
 
 /// Why tracing could not be turned on.
@@ -176,6 +178,7 @@ pub fn install(settings: &TraceSettings) -> Result<Option<Tracing>, TraceError> 
         )
         .build();
     super::set_tracer(provider.tracer("tensorplug"));
+    super::EXEMPLARS.store(settings.exemplars, std::sync::atomic::Ordering::Relaxed);
     Ok(Some(Tracing { provider, counts, url }))
 }
 
@@ -193,6 +196,7 @@ mod tests {
             ratio: 1.0,
             queue_size: 2048,
             export_timeout: Duration::from_secs(10),
+            exemplars: false,
         }
     }
 

@@ -17,9 +17,11 @@
 //! Layout: `context` (the headers in, bounded), `request` (a request's server span and
 //! what the items carry into the batch), `journal` (the plugin calls of a traced batch,
 //! noted on its thread), `batch` (the spans made from a journal), `export` (the tracer
-//! provider from the settings), `counted` (the queue's bound and the counts).
+//! provider from the settings), `counted` (the queue's bound and the counts), `client`
+//! (`tensorplug infer`'s run and request spans).
 
 mod batch;
+mod client;
 mod context;
 mod counted;
 mod export;
@@ -32,16 +34,24 @@ use std::time::{Instant, SystemTime};
 use opentelemetry_sdk::trace::SdkTracer;
 
 pub use batch::{record_batch, BatchRun};
+pub use client::{ClientTrace, JobTrace};
 pub use context::Incoming;
 pub use counted::{SpanCounts, SpanCountsCollector};
 pub use export::{install, OtlpProtocol, SamplerKind, TraceError, TraceSettings, Tracing};
 pub use request::{EdgeSpan, ItemsTrace, RequestTrace};
 
 static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+static EXEMPLARS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether tracing is on.
 pub fn enabled() -> bool {
     TRACER.get().is_some()
+}
+
+/// Whether the request-duration histograms keep exemplars (tracing on, and
+/// `--trace-exemplars`).
+pub fn exemplars() -> bool {
+    enabled() && EXEMPLARS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 fn tracer() -> Option<&'static SdkTracer> {

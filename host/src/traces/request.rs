@@ -76,13 +76,7 @@ impl RequestTrace {
     /// The `traceparent` of the server span, for the answer (a client finds its trace by
     /// it, sampled or not); None when tracing is off.
     pub fn traceparent(&self) -> Option<String> {
-        let span = self.span_context()?;
-        Some(format!(
-            "00-{}-{}-{:02x}",
-            span.trace_id(),
-            span.span_id(),
-            span.trace_flags().to_u8()
-        ))
+        self.span_context().map(|span| traceparent_of(&span))
     }
 
     /// The trace and span ids, for log lines; None unless recorded.
@@ -195,6 +189,16 @@ pub(super) fn clipped(text: &str) -> String {
         end -= 1;
     }
     text[..end].to_owned()
+}
+
+/// The W3C `traceparent` naming `span`.
+pub(super) fn traceparent_of(span: &SpanContext) -> String {
+    format!(
+        "00-{}-{}-{:02x}",
+        span.trace_id(),
+        span.span_id(),
+        span.trace_flags().to_u8()
+    )
 }
 
 /// A duration in milliseconds, as span attributes give them.

@@ -23,6 +23,7 @@ use crate::protocol::grpc::proto::grpc_inference_service_client::GrpcInferenceSe
 use crate::protocol::grpc::proto::{ModelInferResponse, ModelMetadataRequest};
 use crate::protocol::grpc::{answered_status, read_item_statuses, read_response, write_request};
 use crate::protocol::InferRequest;
+use crate::traces::ClientTrace;
 
 /// Largest message either way (the client's own limit; the server has its own).
 const MAX_MESSAGE_BYTES: usize = 1 << 30;
@@ -133,10 +134,14 @@ impl Grpc {
         }
     }
 
-    pub(crate) async fn infer(&self, request: InferRequest) -> Result<Reply, Failure> {
+    pub(crate) async fn infer(&self, request: InferRequest, trace: &ClientTrace) -> Result<Reply, Failure> {
         let message = write_request(request, &self.model, &self.version);
         let mut client = self.client.clone();
-        let call = client.model_infer(self.request(message));
+        let mut request = self.request(message);
+        if let Some(traceparent) = trace.traceparent().and_then(|t| AsciiMetadataValue::try_from(t).ok()) {
+            request.metadata_mut().insert("traceparent", traceparent);
+        }
+        let call = client.model_infer(request);
         match tokio::time::timeout(self.timeout, call).await {
             Err(_) => Err(Failure::timed_out(self.timeout)),
             Ok(Ok(response)) => reply(response.into_inner()),

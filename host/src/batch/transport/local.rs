@@ -14,7 +14,7 @@ use crate::protocol::InferRequest;
 use crate::runtime::Runtime;
 use crate::serving::items::Answer;
 use crate::serving::{EdgeLabel, Repository, RepositoryError};
-use crate::traces::RequestTrace;
+use crate::traces::{ClientTrace, EdgeSpan, RequestTrace};
 
 /// Requests run in this process, counted by their protocol-neutral status.
 static IN_PROCESS: EdgeLabel = EdgeLabel {
@@ -71,7 +71,7 @@ impl Local {
         })
     }
 
-    pub(crate) async fn infer(&self, request: InferRequest) -> Result<Reply, Failure> {
+    pub(crate) async fn infer(&self, request: InferRequest, trace: &ClientTrace) -> Result<Reply, Failure> {
         // Looked up per request (a lock-free read), so that closing can wait for the
         // last request to let go of the model.
         let call = InferCall::start(
@@ -79,7 +79,7 @@ impl Local {
             &IN_PROCESS,
             &self.model,
             self.version.as_deref(),
-            RequestTrace::off(),
+            server_span(trace),
         )
         .map_err(|e| refused(&e))?;
         let inferred = match tokio::time::timeout(self.timeout, call.run(request)).await {
@@ -98,14 +98,18 @@ impl Local {
 
     /// Runs `requests` at once, their items stacked by the model's batcher as one
     /// request's are; each gets its own reply.
-    pub(crate) async fn infer_many(&self, requests: Vec<InferRequest>) -> Vec<Result<Reply, Failure>> {
+    pub(crate) async fn infer_many(
+        &self,
+        requests: Vec<InferRequest>,
+        trace: &ClientTrace,
+    ) -> Vec<Result<Reply, Failure>> {
         let count = requests.len();
         let call = match InferCall::start(
             &self.repository,
             &IN_PROCESS,
             &self.model,
             self.version.as_deref(),
-            RequestTrace::off(),
+            server_span(trace),
         ) {
             Ok(call) => call,
             Err(error) => return vec![Err(refused(&error)); count],
@@ -160,4 +164,15 @@ fn reply(inferred: Inferred) -> Result<Reply, Failure> {
 /// and how long to wait before retrying it.
 fn refused(error: &ServeError) -> Failure {
     Failure::answered(error.status(), error.to_string(), error.retry_after())
+}
+
+/// The in-process request's server span, the client span's child (both in this process,
+/// so the tree reads as it does against a server).
+fn server_span(trace: &ClientTrace) -> RequestTrace {
+    let edge = || EdgeSpan {
+        name: "tensorplug.infer.in_process".into(),
+        kind: opentelemetry::trace::SpanKind::Server,
+        status: |status| opentelemetry::KeyValue::new("tensorplug.status", i64::from(status)),
+    };
+    RequestTrace::start(trace.incoming(), edge, Vec::new)
 }

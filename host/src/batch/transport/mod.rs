@@ -16,6 +16,7 @@ use crate::model::outcome::{ItemError, ItemOutcome};
 use crate::model::tensor::Tensor;
 use crate::protocol::client::{decode_answer, ServerAnswer};
 use crate::protocol::InferRequest;
+use crate::traces::ClientTrace;
 
 /// Why the run cannot start: the model is not there, the server cannot be reached, a
 /// flag the transport reads is malformed.
@@ -170,13 +171,26 @@ impl Transport {
         }
     }
 
-    /// Sends one request and waits (at most `--timeout`) for its answer.
-    pub(crate) async fn infer(&self, request: InferRequest) -> Result<Reply, Failure> {
+    /// Sends one request, carrying `trace`'s context, and waits (at most `--timeout`) for
+    /// its answer; `trace` ends with the answer's status.
+    pub(crate) async fn infer(&self, request: InferRequest, trace: ClientTrace) -> Result<Reply, Failure> {
+        let reply = match self {
+            Transport::Rest(t) => t.infer(request, &trace).await,
+            Transport::Grpc(t) => t.infer(request, &trace).await,
+            Transport::Nats(t) => t.infer(request, &trace).await,
+            Transport::Local(t) => t.infer(request, &trace).await,
+        };
+        trace.finish(reply_status(&reply));
+        reply
+    }
+
+    /// The transport's name, as `--transport` gives it (in-process: `local`).
+    pub(crate) fn name(&self) -> &'static str {
         match self {
-            Transport::Rest(t) => t.infer(request).await,
-            Transport::Grpc(t) => t.infer(request).await,
-            Transport::Nats(t) => t.infer(request).await,
-            Transport::Local(t) => t.infer(request).await,
+            Transport::Rest(_) => "rest",
+            Transport::Grpc(_) => "grpc",
+            Transport::Nats(_) => "nats",
+            Transport::Local(_) => "local",
         }
     }
 
@@ -226,6 +240,15 @@ pub(crate) fn rest_reply(
             format!("the server's answer (HTTP {status}) could not be read: {error}"),
             false,
         )),
+    }
+}
+
+/// The HTTP-style status a reply stands for (0: no answer came).
+pub(crate) fn reply_status(reply: &Result<Reply, Failure>) -> u16 {
+    match reply {
+        Ok(Reply::Success { .. }) => 200,
+        Ok(Reply::Items { .. } | Reply::Statuses { .. }) => 207,
+        Err(failure) => failure.status,
     }
 }
 

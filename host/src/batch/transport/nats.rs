@@ -28,6 +28,7 @@ use crate::protocol::client::{encode_request, BodyForm};
 use crate::protocol::nats::{self as wire, headers};
 use crate::protocol::InferRequest;
 use crate::sync::lock;
+use crate::traces::ClientTrace;
 
 /// Publishes of one request per attempt: a publish whose acknowledgement did not come may
 /// still have been stored, so it is sent again with the same `Nats-Msg-Id`, which the
@@ -110,17 +111,20 @@ impl Nats {
         })
     }
 
-    pub(crate) async fn infer(&self, request: InferRequest) -> Result<Reply, Failure> {
+    pub(crate) async fn infer(&self, request: InferRequest, trace: &ClientTrace) -> Result<Reply, Failure> {
         let encoded = encode_request(&request, self.form);
         drop(request);
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let map = message_headers(
+        let mut map = message_headers(
             &self.headers,
             &self.inbox,
             &self.msg_id_prefix,
             n,
             encoded.json_header_len,
         );
+        if let Some(traceparent) = trace.traceparent() {
+            map.insert("traceparent", traceparent);
+        }
         // Waiting before publishing: the answer may come before the publish is acknowledged.
         let (sender, answer) = oneshot::channel();
         let _waiting = Waiting::new(&self.waiters, n, sender);

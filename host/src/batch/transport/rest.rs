@@ -11,6 +11,7 @@ use crate::batch::options::Options;
 use crate::batch::retry::parse_retry_after;
 use crate::protocol::client::{decode_answer, encode_request, BodyForm, ServerAnswer};
 use crate::protocol::InferRequest;
+use crate::traces::ClientTrace;
 
 /// The binary tensor data extension's header: the JSON part's length.
 const HEADER_CONTENT_LENGTH: &str = "inference-header-content-length";
@@ -69,10 +70,13 @@ impl Rest {
         })
     }
 
-    pub(crate) async fn infer(&self, request: InferRequest) -> Result<Reply, Failure> {
+    pub(crate) async fn infer(&self, request: InferRequest, trace: &ClientTrace) -> Result<Reply, Failure> {
         let encoded = encode_request(&request, self.form);
         drop(request);
         let mut post = self.client.post(self.infer_url.clone());
+        if let Some(traceparent) = trace.traceparent() {
+            post = post.header("traceparent", traceparent);
+        }
         post = match encoded.json_header_len {
             Some(len) => post
                 .header(CONTENT_TYPE, "application/octet-stream")
