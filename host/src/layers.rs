@@ -26,7 +26,8 @@ const LAYERS: &[&[&str]] = &[
     &["protocol", "serving"],
     &["pipeline"],
     &["runtime"],
-    &["model", "traces"],
+    &["traces"],
+    &["model"],
 ];
 
 fn rank(module: &str) -> Option<usize> {

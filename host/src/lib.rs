@@ -14,8 +14,8 @@
 //! | [`serving`] | models in service: repository, batcher, instance threads, request ↔ items |
 //! | [`pipeline`] | loading a model; preprocess → predict → postprocess with per-item outcomes and trap bisection |
 //! | [`runtime`] | wasmtime: compiling, sandboxing and calling plugins |
+//! | [`traces`] | distributed tracing: W3C context in, the serving path's spans, OTLP out (every layer above may name it) |
 //! | [`model`] | the shared vocabulary: tensors, item outcomes, `model.toml`, stage kinds |
-//! | [`traces`] | distributed tracing: W3C context in, the serving path's spans, OTLP out (beside `model`: neither names the other) |
 
 pub mod api;
 pub mod app;

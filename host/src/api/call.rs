@@ -252,10 +252,10 @@ impl InferCall {
         assembled: Assembled,
     ) -> Inferred {
         let name = model.config.name.as_str();
-        let trace = self.trace.ids();
         let answer = match assembled.answer {
             Answer::Success(outputs) => Answer::Success(options.filter(outputs)),
             Answer::Failure(error) => {
+                let trace = self.trace.ids();
                 tracing::info!(
                     model = name,
                     id = id.as_deref().map(clip).as_deref(),
@@ -269,6 +269,7 @@ impl InferCall {
                 Answer::Failure(error)
             }
             Answer::MultiStatus(outcomes) => {
+                let trace = self.trace.ids();
                 let failed = outcomes.iter().filter(|o| o.is_err()).count();
                 tracing::info!(
                     model = name,

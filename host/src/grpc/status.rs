@@ -255,11 +255,7 @@ fn clip_bytes(text: &str, limit: usize) -> String {
     if text.len() <= limit {
         return text.to_owned();
     }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
+    format!("{}...", crate::model::text::cut_to_bytes(text, limit))
 }
 
 /// JSON text as a header value may carry it: every character outside visible ASCII and

@@ -159,11 +159,7 @@ const MAX_ID_BYTES: usize = 1024;
 
 /// `id`, cut to [`MAX_ID_BYTES`] at a character boundary.
 fn clip_id(id: &str) -> String {
-    let mut end = id.len().min(MAX_ID_BYTES);
-    while !id.is_char_boundary(end) {
-        end -= 1;
-    }
-    id[..end].to_owned()
+    crate::model::text::cut_to_bytes(id, MAX_ID_BYTES).to_owned()
 }
 
 /// What the inference path answered.

@@ -350,6 +350,10 @@ fn call<R>(
     counts: Counts<impl FnOnce(&R) -> usize>,
     make: impl AsyncFnOnce(&mut Store<StoreState>) -> wasmtime::Result<R>,
 ) -> Result<R, Trapped> {
+    // An untraced batch (nearly every one) pays one thread-local read here, nothing more.
+    if !journal::is_recording() {
+        return call_untraced(template, store, make);
+    }
     let started = std::time::Instant::now();
     journal::call_started(template.kind.name());
     let result = call_untraced(template, store, make);

@@ -250,7 +250,7 @@ impl log::Host for StoreState {
         }
         budget.lines += 1;
         budget.bytes += message.len().min(MAX_LOG_MESSAGE_BYTES);
-        let message = truncate_at_char(&message, MAX_LOG_MESSAGE_BYTES);
+        let message = crate::model::text::cut_to_bytes(&message, MAX_LOG_MESSAGE_BYTES);
         let StageTag {
             model, version, stage, ..
         } = &self.tag;
@@ -314,15 +314,6 @@ fn level_name(level: log::Level) -> &'static str {
 /// Longest plugin log message kept; a plugin must not flood the host's log.
 const MAX_LOG_MESSAGE_BYTES: usize = 8 * 1024;
 
-/// `text` cut to at most `max` bytes on a character boundary.
-fn truncate_at_char(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 /// Builds a fresh store for one stage instance.
 pub fn new_store(
     engine: &Engine,
@@ -381,16 +372,4 @@ pub fn new_store(
     });
     store.set_epoch_deadline(super::deadline::deadline_ticks(limits.init_timeout));
     Ok(store)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn log_messages_are_cut_on_character_boundaries() {
-        assert_eq!(truncate_at_char("héllo", 2), "h");
-        assert_eq!(truncate_at_char("héllo", 3), "hé");
-        assert_eq!(truncate_at_char("short", 100), "short");
-    }
 }

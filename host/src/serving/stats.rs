@@ -96,7 +96,8 @@ impl RequestDurations {
                 let exemplar = trace_id.map(|id| TraceExemplar {
                     trace_id: id.to_owned(),
                 });
-                histogram.observe(elapsed.as_secs_f64(), exemplar, Some(std::time::SystemTime::now()));
+                let at = exemplar.is_some().then(std::time::SystemTime::now);
+                histogram.observe(elapsed.as_secs_f64(), exemplar, at);
             }
         }
     }

@@ -2,6 +2,7 @@
 //! `tensorplug.batch` span in each traced request's trace, and the plugin calls (with
 //! their log lines and `wasi:nn` computes) under the leader's (see the module's doc).
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -87,6 +88,16 @@ pub fn record_batch(run: BatchRun<'_>, journal: Journal) {
     }
 }
 
+/// `tensorplug.<stage>`, without a format per call.
+fn span_name(stage: &'static str) -> Cow<'static, str> {
+    match stage {
+        "preprocess" => "tensorplug.preprocess".into(),
+        "predict" => "tensorplug.predict".into(),
+        "postprocess" => "tensorplug.postprocess".into(),
+        other => format!("tensorplug.{other}").into(),
+    }
+}
+
 /// Links to the batch spans' parents (the other requests' server spans), bounded.
 fn links_to<'a>(traces: impl Iterator<Item = &'a Arc<ItemsTrace>>) -> Vec<Link> {
     traces
@@ -107,7 +118,7 @@ fn record_call(tracer: &SdkTracer, parent: &Context, call: &CallRecord) {
         attributes.push(KeyValue::new("tensorplug.log.left_out", call.logs_left_out as i64));
     }
     let mut span = tracer.build_with_context(
-        SpanBuilder::from_name(format!("tensorplug.{}", call.stage))
+        SpanBuilder::from_name(span_name(call.stage))
             .with_kind(SpanKind::Internal)
             .with_start_time(call.started)
             .with_attributes(attributes),

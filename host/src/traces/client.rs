@@ -71,11 +71,6 @@ pub struct ClientTrace {
 }
 
 impl ClientTrace {
-    /// A request that is not traced.
-    pub fn off() -> ClientTrace {
-        ClientTrace { context: None }
-    }
-
     /// The `traceparent` the request carries (None when tracing is off).
     pub fn traceparent(&self) -> Option<String> {
         let span = self.context.as_ref()?.span().span_context().clone();

@@ -96,6 +96,12 @@ pub fn recording<R>(batch: impl FnOnce() -> R) -> (R, Journal) {
     (result, journal)
 }
 
+/// Whether a traced batch is being recorded on this thread (what the notes below would
+/// keep); callers skip the work of a note when not.
+pub fn is_recording() -> bool {
+    JOURNAL.with(|journal| journal.try_borrow().is_ok_and(|journal| journal.is_some()))
+}
+
 fn with_journal(note: impl FnOnce(&mut Journal)) {
     JOURNAL.with(|journal| {
         if let Ok(mut journal) = journal.try_borrow_mut() {

@@ -141,10 +141,6 @@ impl RequestTrace {
     /// Ends the server span with the request's protocol-neutral `status` (an HTTP status
     /// number); a 5xx marks it as an error.
     pub fn finish(mut self, status: u16) {
-        self.end(status);
-    }
-
-    fn end(&mut self, status: u16) {
         let Some(context) = self.context.take() else { return };
         let span = context.span();
         if span.is_recording() {
@@ -184,11 +180,7 @@ pub(super) const MAX_TEXT: usize = 1024;
 
 /// `text` cut to [`MAX_TEXT`] bytes on a character boundary.
 pub(super) fn clipped(text: &str) -> String {
-    let mut end = text.len().min(MAX_TEXT);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
+    crate::model::text::cut_to_bytes(text, MAX_TEXT).to_owned()
 }
 
 /// The W3C `traceparent` naming `span`.
