@@ -426,6 +426,13 @@ async fn a_collector_down_or_silent_costs_no_request_and_the_queue_stays_bounded
     )
     .await;
     let server = std::sync::Arc::new(server);
+    // Warm first (the model's instances, the allocator's arenas), then measure from there.
+    for round in 0..20 {
+        let span = ClientSpan::new(900_000 + round);
+        infer(&server, &[1.0], &[("traceparent", span.traceparent().as_bytes())]).await;
+    }
+    let rss_before = server.rss_kib();
+    server.reset_peak_rss();
     // 16 clients, 40 requests each: far more spans than 64 within one export's 300 ms.
     let mut clients = tokio::task::JoinSet::new();
     for client in 0..16u64 {
@@ -467,6 +474,11 @@ async fn a_collector_down_or_silent_costs_no_request_and_the_queue_stays_bounded
     );
     assert!(failed > 0.0, "exports that time out or are refused are counted");
     assert!(waiting <= 64.0, "{waiting} spans waiting, over the queue's 64");
+    // Memory stays flat: thousands of spans into a collector that never answers cost no
+    // more than the bounded queue holds.
+    let grew_mib = server.peak_rss_kib().saturating_sub(rss_before) / 1024;
+    println!("peak RSS grew {grew_mib} MiB");
+    assert!(grew_mib <= 32, "the server's peak RSS grew {grew_mib} MiB");
     assert!(receiver.exports() > 0);
 }
 
