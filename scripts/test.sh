@@ -30,6 +30,14 @@ cd "$root"
 # Each step's name, with the seconds elapsed so far.
 step() { printf '\n==> [%4ds] %s\n' "$SECONDS" "$*" >&2; }
 
+# A cold run (fresh clone, no target folder) leaves ~7.5 GiB in the target folder: say
+# so at once rather than failing on ENOSPC twenty minutes in.
+free_kib="$(df -Pk "$root" | awk 'NR == 2 { print $4 }')"
+if [ "${free_kib:-0}" -lt $((8 * 1024 * 1024)) ] && [ ! -d "${CARGO_TARGET_DIR:-$root/target}/debug" ]; then
+    printf 'test.sh: warning: %d MiB free on the disk under %s; a cold run needs about 8 GiB\n' \
+        "$((free_kib / 1024))" "$root" >&2
+fi
+
 step "rustfmt"
 cargo fmt --all --check
 (cd examples && cargo fmt --all --check)

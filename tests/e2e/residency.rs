@@ -335,7 +335,11 @@ async fn with_nothing_to_evict_a_grower_meets_its_own_cap_and_a_cold_load_gets_5
     // Everything used within a minute stays, for as long as 20 of its loads take: nothing
     // can be evicted during the test.
     config.min_residency_secs = 60;
+    config.min_residency_loads = 20;
     let server = TestServer::start_with(config).await;
+    // Asked for twice, a is in use (a model only its loading request asked for is not
+    // protected).
+    assert_eq!(infer(&server, "a", &[1.0]).await.0, 200);
     assert_eq!(infer(&server, "a", &[1.0]).await.0, 200);
     let mut statuses = Vec::new();
     for _ in 0..7 {
@@ -754,15 +758,17 @@ async fn a_model_asks_for_histograms_of_its_own_on_demand() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fast_loading_model_is_protected_for_twenty_of_its_loads_not_the_whole_minimum() {
+async fn a_fast_loading_model_is_protected_for_a_few_of_its_loads_not_the_whole_minimum() {
     let repository = faulty_models(&["a", "b"]);
     let mut config = on_demand(repository.path());
     config.memory_budget_mib = Some(2);
     config.min_residency_secs = 60;
     let server = TestServer::start_with(config).await;
     assert_eq!(infer(&server, "a", &[1.0]).await.0, 200);
+    assert_eq!(infer(&server, "a", &[1.0]).await.0, 200);
     // b fits its files' size in, and measured it passes the budget: a, loaded in
-    // milliseconds, goes once 20 of its loads' time have passed, not after a minute.
+    // milliseconds and in use, goes once 4 of its loads' time have passed, not after a
+    // minute.
     let (status, body) = infer(&server, "b", &[1.0]).await;
     assert_eq!(status, 200, "{body}");
     assert!(
@@ -774,6 +780,44 @@ async fn a_fast_loading_model_is_protected_for_twenty_of_its_loads_not_the_whole
         rows(&server).await
     );
     assert!(scrape(&server).await.value("tensorplug_resident_memory_bytes", &[]) <= (2 << 20) as f64);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_only_its_loading_request_asked_for_makes_room_at_once_and_one_asked_for_again_is_kept() {
+    let repository = faulty_models(&["a", "b"]);
+    let mut config = on_demand(repository.path());
+    // Room for one model at a time; a model in use is kept for the whole minute.
+    config.memory_budget_mib = Some(2);
+    config.min_residency_secs = 60;
+    config.min_residency_loads = 1000;
+    let server = TestServer::start_with(config).await;
+    assert_eq!(infer(&server, "a", &[1.0]).await.0, 200);
+    // a was asked for once, by the request that loaded it: b's load evicts it at once.
+    let started = Instant::now();
+    let (status, body) = infer(&server, "b", &[1.0]).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(state(&server, "a").await, "STANDBY");
+    // b asked for again is in use: a's next load finds nothing it may evict, waits
+    // within its request's 300 ms and gets 503.
+    assert_eq!(infer(&server, "b", &[2.0]).await.0, 200);
+    let mut request = common::items_request(&[1.0]);
+    request["parameters"] = serde_json::json!({ "timeout": 300_000 });
+    let response = server
+        .client
+        .post(server.url("/v2/models/a/infer"))
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(state(&server, "b").await, "READY");
+    let page = scrape(&server).await;
+    assert_eq!(
+        page.value("tensorplug_residency_evictions_total", &[("cause", "budget")]),
+        1.0
+    );
     server.stop().await;
 }
 

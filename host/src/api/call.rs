@@ -184,7 +184,10 @@ impl InferCall {
                 });
             }
         }
-        model.last_used.touch();
+        match load {
+            Some(_) => model.last_used.touch_by_its_load(),
+            None => model.last_used.touch(),
+        }
         let model = self.model.get_or_init(|| model).clone();
         if let Some(load) = load {
             let _ = self.cold.set(load);

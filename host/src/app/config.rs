@@ -494,10 +494,19 @@ pub struct ServeConfig {
     pub memory_budget_mib: Option<u64>,
 
     /// With `--residency on-demand`: a model used (or loaded) within this many seconds
-    /// (or, if shorter, 20 times its own load time) is not evicted to make room; a load
-    /// waits for room instead (within its request's deadline, then 503).
+    /// (or, if shorter, `--min-residency-loads` times its own load time) is not evicted
+    /// to make room; a load waits for room instead (within its request's deadline, then 503).
     #[arg(long, env = "TENSORPLUG_MIN_RESIDENCY_SECS", default_value_t = 5)]
     pub min_residency_secs: u64,
+
+    /// With `--residency on-demand`: a model that loads fast is protected from eviction
+    /// for this many of its own load times after its last use, when that is shorter than
+    /// `--min-residency-secs` (a reload costs it little). Higher: fewer reloads of models
+    /// asked for again soon; lower: fewer loads waiting for room when the models in use
+    /// do not fit the budget.
+    #[arg(long, env = "TENSORPLUG_MIN_RESIDENCY_LOADS", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub min_residency_loads: u32,
 
     /// With `--residency on-demand`: a model idle this many seconds goes back to standby,
     /// its instances freed (0: never).
@@ -555,6 +564,7 @@ impl ServeConfig {
             residency: ResidencyMode::Resident,
             memory_budget_mib: None,
             min_residency_secs: 5,
+            min_residency_loads: 4,
             idle_unload_secs: 300,
             instance_idle_secs: 30,
             cache: CacheArgs {
@@ -579,6 +589,7 @@ impl ServeConfig {
             mode: self.residency,
             budget_bytes: self.memory_budget_mib.map(|mib| mib << 20),
             min_residency: Duration::from_secs(self.min_residency_secs),
+            min_residency_loads: self.min_residency_loads,
             idle_unload: (on_demand && self.idle_unload_secs > 0).then(|| Duration::from_secs(self.idle_unload_secs)),
             instance_idle: Duration::from_secs(self.instance_idle_secs),
         })

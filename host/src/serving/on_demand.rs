@@ -23,10 +23,6 @@ use super::residency::{EvictionCause, LoadProgress, LoadTimes, OnDemandLoad, Res
 /// a wake-up).
 const ROOM_POLL: Duration = Duration::from_millis(20);
 
-/// A model is kept from eviction for room this many times its own load time after its
-/// last use (at most the minimum residency).
-const PROTECTED_LOADS: u32 = 20;
-
 /// How often idle models and the budget are checked.
 const ENFORCE_EVERY: Duration = Duration::from_millis(500);
 
@@ -230,12 +226,18 @@ impl Repository {
 
     /// How long after its last use `model` is kept from eviction for room: the minimum
     /// residency, or less for a model that loads fast — a reload costs it little, so
-    /// `PROTECTED_LOADS` of its own load time (a 5 ms Rust model: 100 ms; a 250 ms Python
-    /// one: the whole 5 s by default).
+    /// `min_residency_loads` of its own load time (by default 4: a 5 ms Rust model 20 ms,
+    /// a 25 ms Python one 100 ms). A model no request has found resident since its load is
+    /// not kept at all (a one-off until it is asked for again): protecting the tail of
+    /// Zipf traffic, 100 Python models whose working set passes the budget made nearly
+    /// every load wait for room (docs/operations.md, "Many models").
     fn protection(&self, model: &Model) -> Duration {
+        if !model.last_used.reused() {
+            return Duration::ZERO;
+        }
         self.policy
             .min_residency
-            .min(model.load_took.saturating_mul(PROTECTED_LOADS))
+            .min(model.load_took.saturating_mul(self.policy.min_residency_loads))
     }
 
     /// Sends the least recently used model that may go (not pinned, nothing in flight,

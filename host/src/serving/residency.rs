@@ -10,7 +10,7 @@
 //! files' size until it is measured.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,8 @@ pub struct ResidencyPolicy {
     pub budget_bytes: Option<u64>,
     /// A model used (or loaded) more recently than this is not evicted for room.
     pub min_residency: Duration,
+    /// ... nor one used within this many of its own load times, if that is shorter.
+    pub min_residency_loads: u32,
     /// A model idle this long goes back to standby (on demand only); `None`: never.
     pub idle_unload: Option<Duration>,
     /// An instance above its model's floor idle this long is let go.
@@ -52,6 +54,7 @@ impl Default for ResidencyPolicy {
             mode: ResidencyMode::Resident,
             budget_bytes: None,
             min_residency: Duration::from_secs(30),
+            min_residency_loads: 4,
             idle_unload: None,
             instance_idle: Duration::from_secs(30),
         }
@@ -81,22 +84,44 @@ pub fn clock_ms() -> u64 {
     u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// When a resident model was last used: the arrival of its latest request, or its load.
+/// When a resident model was last used (the arrival of its latest request, or its load),
+/// and whether a request has found it resident since its load: a model asked for again is
+/// in use, one only its loading requests asked for may be a one-off.
 #[derive(Debug)]
-pub struct LastUse(AtomicU64);
+pub struct LastUse {
+    at_ms: AtomicU64,
+    reused: AtomicBool,
+}
 
 impl LastUse {
     pub fn now() -> Self {
-        Self(AtomicU64::new(clock_ms()))
+        Self {
+            at_ms: AtomicU64::new(clock_ms()),
+            reused: AtomicBool::new(false),
+        }
     }
 
+    /// A request found the model resident.
     pub fn touch(&self) {
-        self.0.store(clock_ms(), Ordering::Relaxed);
+        self.at_ms.store(clock_ms(), Ordering::Relaxed);
+        if !self.reused.load(Ordering::Relaxed) {
+            self.reused.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// A request that waited for the model's load is served by it.
+    pub fn touch_by_its_load(&self) {
+        self.at_ms.store(clock_ms(), Ordering::Relaxed);
     }
 
     /// How long ago, on the residency clock.
     pub fn ago(&self) -> Duration {
-        Duration::from_millis(clock_ms().saturating_sub(self.0.load(Ordering::Relaxed)))
+        Duration::from_millis(clock_ms().saturating_sub(self.at_ms.load(Ordering::Relaxed)))
+    }
+
+    /// Whether a request found the model resident since its load.
+    pub fn reused(&self) -> bool {
+        self.reused.load(Ordering::Relaxed)
     }
 }
 
@@ -265,8 +290,8 @@ pub struct ColdPhase {
 
 /// Cold starts take from a millisecond (a small Rust model, cache warm) to seconds (a
 /// compile).
-const COLD_START_BUCKETS: [f64; 14] = [
-    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
+const COLD_START_BUCKETS: [f64; 18] = [
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
 ];
 
 /// The residency counters, server-wide (none per model: a node may know thousands).

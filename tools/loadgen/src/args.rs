@@ -78,6 +78,12 @@ pub struct Args {
     #[arg(long, default_value_t = 1.0)]
     pub zipf: f64,
 
+    /// REST: the requests per second all clients together send at most; each client
+    /// waits its share of the interval before its next request (a paced closed loop, for
+    /// background traffic of a known rate). Unbounded when not given.
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<f64>,
+
     /// Print one JSON object instead of the human line.
     #[arg(long)]
     pub json: bool,
@@ -94,6 +100,13 @@ pub enum Protocol {
     GrpcRaw,
     /// NATS JetStream: V2 REST bodies published to tensorplug's request stream.
     Nats,
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err(format!("{text:?} is not a positive number of requests per second")),
+    }
 }
 
 /// `10s`, `1.5s`, `500ms`, `250us`, `2m`; a bare number is seconds.

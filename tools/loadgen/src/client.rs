@@ -51,6 +51,8 @@ pub struct Schedule {
     pub end: Instant,
     /// A request (or a connection attempt) that takes longer than this is an error.
     pub timeout: Duration,
+    /// REST: the least time from one request of a client to its next (`--rate`).
+    pub pace: Option<Duration>,
 }
 
 type Sender = SendRequest<Full<Bytes>>;
@@ -112,6 +114,9 @@ pub async fn run(index: usize, target: Arc<Target>, schedule: Schedule, histogra
         let counted = started >= schedule.measure_from;
         let outcome = tokio::time::timeout(schedule.timeout, exchange(sender, request)).await;
         let latency = started.elapsed();
+        if let Some(pace) = schedule.pace {
+            tokio::time::sleep_until((started + pace).min(schedule.end)).await;
+        }
         match outcome {
             Ok(Ok((status, body))) => {
                 if counted {

@@ -90,6 +90,10 @@ fn try_main(args: Args) -> Result<()> {
     );
     ensure!(!args.duration.is_zero(), "--duration must be more than zero");
     ensure!(!args.timeout.is_zero(), "--timeout must be more than zero");
+    ensure!(
+        args.rate.is_none() || args.protocol == Protocol::Rest,
+        "--rate paces REST clients only"
+    );
 
     let load = match args.protocol {
         Protocol::Rest => {
@@ -144,6 +148,7 @@ async fn run(args: &Args, load: Load, histogram: Histogram<u64>) -> Result<Summa
         measure_from: start + args.warmup,
         end: start + args.warmup + args.duration,
         timeout: args.timeout,
+        pace: args.rate.map(|rate| Duration::from_secs_f64(clients as f64 / rate)),
     };
     let (connection, tasks): (_, Vec<_>) = match (&load, nats) {
         (Load::Rest(target), _) => (
