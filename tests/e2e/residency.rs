@@ -821,6 +821,20 @@ async fn a_model_only_its_loading_request_asked_for_makes_room_at_once_and_one_a
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_models_made_resident_on_demand_drains_at_once() {
+    let repository = faulty_models(&["a", "b"]);
+    let server = TestServer::start_with(on_demand(repository.path())).await;
+    for model in ["a", "b", "a"] {
+        assert_eq!(infer(&server, model, &[1.0]).await.0, 200);
+    }
+    // Nothing in flight: the drain lets the models go at once (nothing the repository
+    // keeps about resident models may hold them until the 30 s grace ends).
+    let started = Instant::now();
+    server.stop().await;
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
 /// A model of `instances` instances at most whose calls are cut at 400 ms (its code -2
 /// loops until then), one item per batch: each slow request holds an instance.
 fn elastic_model(repository: &Path, name: &str, instances: usize, extra_limits: &str) {

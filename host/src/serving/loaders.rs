@@ -16,6 +16,14 @@ pub fn threads() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4))
 }
 
+/// How many loader threads there are: twice the loads at once, at least four. A loader
+/// thread often only waits (for a compile on its own thread, for a plugin's `init`), and
+/// two slow compiles (a Python component's take tens of seconds) must not hold every
+/// other model's load, an instance added or an eviction's unmapping behind them.
+fn pool_threads() -> usize {
+    (threads() * 2).clamp(4, 8)
+}
+
 /// Work on a loader thread panicked; what it said.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -64,7 +72,7 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()
-            .num_threads(threads())
+            .num_threads(pool_threads())
             .thread_name(|i| format!("tensorplug-load-{i}"))
             .start_handler(|_| lower_this_threads_priority())
             .build()

@@ -217,8 +217,7 @@ impl Repository {
 
     /// What the resident models hold together, measured.
     pub fn resident_bytes(&self) -> u64 {
-        self.entries
-            .load()
+        crate::sync::lock(&self.resident)
             .values()
             .filter_map(|slot| slot.entry.load().status.model().map(|m| m.held_bytes()))
             .sum()
@@ -245,15 +244,14 @@ impl Repository {
     fn evict_least_recent(&self, cause: EvictionCause, except: Option<&str>) -> bool {
         let min_idle = |model: &Model| self.protection(model);
         let mut candidates: Vec<(Duration, String)> = self
-            .entries
-            .load()
-            .iter()
+            .resident_slots()
+            .into_iter()
             .filter(|(name, _)| Some(name.as_str()) != except)
             .filter_map(|(name, slot)| {
                 let entry = slot.entry.load();
                 let model = evictable(&entry)?;
                 let idle = model.last_used.ago();
-                (idle >= min_idle(model)).then(|| (idle, name.clone()))
+                (idle >= min_idle(model)).then_some((idle, name))
             })
             .collect();
         candidates.sort_unstable_by_key(|(idle, _)| std::cmp::Reverse(*idle));
@@ -318,11 +316,10 @@ impl Repository {
             return;
         };
         let idle: Vec<String> = self
-            .entries
-            .load()
-            .iter()
+            .resident_slots()
+            .into_iter()
             .filter(|(_, slot)| evictable(&slot.entry.load()).is_some_and(|m| m.last_used.ago() >= idle_unload))
-            .map(|(name, _)| name.clone())
+            .map(|(name, _)| name)
             .collect();
         for name in idle {
             self.evict(&name, IDLE, &|_| idle_unload);
@@ -367,7 +364,7 @@ impl Repository {
 
     /// Lets instances idle past their idle time go, down to each model's floor.
     fn shrink_idle_instances(&self) {
-        for slot in self.entries.load().values() {
+        for (_, slot) in self.resident_slots() {
             if let Some(model) = slot.entry.load().status.model() {
                 model.shrink_idle_instances();
             }

@@ -217,6 +217,12 @@ pub struct Repository {
     root: PathBuf,
     runtime: Runtime,
     pub(super) entries: ArcSwap<BTreeMap<String, Arc<Slot>>>,
+    /// The slots of the models resident now, a part of `entries` kept beside them: what
+    /// the budget looks at on every load and eviction (the memory held, the least
+    /// recently used) then costs the resident models, not every model known (with 1,000
+    /// known, summing over all of them took a third of the serving threads' time during a
+    /// storm of cold loads).
+    pub(super) resident: std::sync::Mutex<BTreeMap<String, Arc<Slot>>>,
     /// The statistics of every model together, whose latency histograms are on the
     /// metrics page however many models there are (metrics on).
     server_stats: Option<Arc<super::ModelStats>>,
@@ -268,6 +274,7 @@ impl Repository {
             root: root.to_path_buf(),
             runtime,
             entries: ArcSwap::from_pointee(BTreeMap::new()),
+            resident: std::sync::Mutex::new(BTreeMap::new()),
             server_stats: histograms.then(|| Arc::new(super::ModelStats::new(true, &[]))),
             edges: Vec::new(),
             loads: Family::default(),
@@ -574,6 +581,7 @@ impl Repository {
                 entries.remove(name);
                 entries
             });
+            self.track_residency(name, None);
             self.changed();
             tracing::info!(model = name, "model folder removed; model unloaded");
         }
@@ -648,6 +656,10 @@ impl Repository {
             }
             entries
         });
+        for (name, _) in &indexed_entries {
+            let slot = self.entries.load().get(name).cloned();
+            self.track_residency(name, slot.as_ref());
+        }
         self.indexing.store(false, std::sync::atomic::Ordering::Relaxed);
         self.changed();
         tracing::info!(
@@ -669,10 +681,23 @@ impl Repository {
     }
 
     /// Changes `name`'s entry (adding the name if it is new): only that entry is copied.
+    ///
+    /// Those who follow readiness hear of it when the model's readiness or the server's
+    /// may have changed: a model going from standby to resident and back (thousands of
+    /// times a second in a storm of cold loads) changes neither, and each follower's look
+    /// reads every model known.
     pub(super) fn update(&self, name: &str, change: impl Fn(Option<&Entry>) -> Entry) {
-        match self.entries.load().get(name) {
+        let existing = self.entries.load().get(name).cloned();
+        let slot = match existing {
             Some(slot) => {
+                let before = self.readiness(&slot.entry.load());
                 slot.entry.rcu(|entry| change(Some(entry.as_ref())));
+                let after = self.readiness(&slot.entry.load());
+                self.track_residency(name, Some(&slot));
+                if before != after {
+                    self.changed();
+                }
+                return;
             }
             None => {
                 self.entries.rcu(|entries| {
@@ -687,9 +712,51 @@ impl Repository {
                     entries.insert(name.to_string(), slot);
                     entries
                 });
+                match self.entries.load().get(name) {
+                    Some(slot) => slot.clone(),
+                    None => return,
+                }
+            }
+        };
+        self.track_residency(name, Some(&slot));
+        self.changed();
+    }
+
+    /// Keeps `name` in the resident index if its slot (`None`: gone) holds a resident
+    /// model, out of it otherwise.
+    fn track_residency(&self, name: &str, slot: Option<&Arc<Slot>>) {
+        let mut resident = crate::sync::lock(&self.resident);
+        match slot.filter(|slot| slot.entry.load().status.model().is_some()) {
+            Some(slot) => {
+                resident.insert(name.to_owned(), slot.clone());
+            }
+            None => {
+                resident.remove(name);
             }
         }
-        self.changed();
+    }
+
+    /// What readiness makes of `entry`: whether the model serves (ready, or on standby:
+    /// it will answer), and whether it lets the server be ready.
+    fn readiness(&self, entry: &Entry) -> (bool, bool) {
+        (
+            matches!(entry.status, ModelStatus::Ready { .. } | ModelStatus::Standby(_)),
+            self.counts_for_readiness(entry),
+        )
+    }
+
+    /// Whether `entry` lets the server be ready (see [`Repository::all_ready`]).
+    fn counts_for_readiness(&self, entry: &Entry) -> bool {
+        entry.status.counts_as_ready()
+            || (self.policy.on_demand() && !entry.pinned() && matches!(entry.status, ModelStatus::Failed { .. }))
+    }
+
+    /// The slots of the resident models now.
+    pub(super) fn resident_slots(&self) -> Vec<(String, Arc<Slot>)> {
+        crate::sync::lock(&self.resident)
+            .iter()
+            .map(|(name, slot)| (name.clone(), slot.clone()))
+            .collect()
     }
 
     /// `name`'s entry now.
@@ -760,14 +827,13 @@ impl Repository {
     /// (on demand) is indexed: a model whose load failed there fails its own requests,
     /// not the node's readiness. Models unloaded on purpose do not count.
     pub fn all_ready(&self) -> bool {
-        let on_demand = self.policy.on_demand();
         !self.is_draining()
             && !self.indexing.load(std::sync::atomic::Ordering::Relaxed)
-            && self.entries.load().values().all(|slot| {
-                let entry = slot.entry.load();
-                entry.status.counts_as_ready()
-                    || (on_demand && !entry.pinned() && matches!(entry.status, ModelStatus::Failed { .. }))
-            })
+            && self
+                .entries
+                .load()
+                .values()
+                .all(|slot| self.counts_for_readiness(&slot.entry.load()))
             && self.dependencies.lock().map_or(true, |d| d.values().all(|&up| up))
     }
 
@@ -784,10 +850,7 @@ impl Repository {
 
     /// Whether `name` serves a version and the server is not draining.
     pub fn model_ready(&self, name: &str) -> bool {
-        !self.is_draining()
-            && self
-                .status(name)
-                .is_some_and(|status| matches!(status, ModelStatus::Ready { .. } | ModelStatus::Standby(_)))
+        !self.is_draining() && self.entry(name).is_some_and(|entry| self.readiness(&entry).0)
     }
 
     /// Takes every model out of service and waits, until `deadline` at the latest, for
@@ -797,6 +860,8 @@ impl Repository {
         self.loads_closed.store(true, std::sync::atomic::Ordering::Relaxed);
         self.begin_drain();
         let entries = self.entries.swap(Arc::new(BTreeMap::new()));
+        // The index must not keep the models alive past their last request.
+        crate::sync::lock(&self.resident).clear();
         self.changed();
         let models: Vec<Arc<Model>> = entries
             .values()
