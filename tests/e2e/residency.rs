@@ -77,6 +77,19 @@ async fn infer(server: &TestServer, model: &str, values: &[f32]) -> (u16, Value)
     server.post_items(model, values).await
 }
 
+/// POSTs one item to `model` with a time limit of 300 ms (the V2 `timeout` parameter, in µs).
+async fn infer_within_300_ms(server: &TestServer, model: &str) -> reqwest::Response {
+    let mut request = common::items_request(&[1.0]);
+    request["parameters"] = serde_json::json!({ "timeout": 300_000 });
+    server
+        .client
+        .post(server.url(&format!("/v2/models/{model}/infer")))
+        .json(&request)
+        .send()
+        .await
+        .expect("POST")
+}
+
 /// Waits up to `within` for `check` to hold.
 async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
 where
@@ -358,16 +371,8 @@ async fn with_nothing_to_evict_a_grower_meets_its_own_cap_and_a_cold_load_gets_5
 
     // Over the budget, nothing evictable: a cold model's first request waits within its
     // own deadline, then 503 with Retry-After; counted.
-    let mut request = common::items_request(&[1.0]);
-    request["parameters"] = serde_json::json!({ "timeout": 300_000 });
     let started = Instant::now();
-    let response = server
-        .client
-        .post(server.url("/v2/models/cold/infer"))
-        .json(&request)
-        .send()
-        .await
-        .unwrap();
+    let response = infer_within_300_ms(&server, "cold").await;
     let waited = started.elapsed();
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()["retry-after"], "1");
@@ -802,15 +807,7 @@ async fn a_model_only_its_loading_request_asked_for_makes_room_at_once_and_one_a
     // b asked for again is in use: a's next load finds nothing it may evict, waits
     // within its request's 300 ms and gets 503.
     assert_eq!(infer(&server, "b", &[2.0]).await.0, 200);
-    let mut request = common::items_request(&[1.0]);
-    request["parameters"] = serde_json::json!({ "timeout": 300_000 });
-    let response = server
-        .client
-        .post(server.url("/v2/models/a/infer"))
-        .json(&request)
-        .send()
-        .await
-        .unwrap();
+    let response = infer_within_300_ms(&server, "a").await;
     assert_eq!(response.status(), 503);
     assert_eq!(state(&server, "b").await, "READY");
     let page = scrape(&server).await;

@@ -14,7 +14,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use super::SERVICE_NAME;
-use crate::serving::{ModelState, Repository};
+use crate::serving::Repository;
 
 fn serving(yes: bool) -> ServingStatus {
     if yes {
@@ -62,12 +62,7 @@ impl Health {
             let mut now: HashMap<String, ServingStatus> = repository
                 .index()
                 .into_iter()
-                .map(|(name, entry)| {
-                    (
-                        name,
-                        serving(!draining && matches!(entry.status.state(), ModelState::Ready | ModelState::Standby)),
-                    )
-                })
+                .map(|(name, entry)| (name, serving(!draining && entry.status.serves())))
                 .collect();
             // A model that has gone (its folder removed) is no longer served.
             let known = self.reported_names();

@@ -94,6 +94,12 @@ impl ModelStatus {
         }
     }
 
+    /// Whether the model answers requests: a version is live, or it is on standby (its
+    /// first request loads it).
+    pub fn serves(&self) -> bool {
+        matches!(self, ModelStatus::Ready { .. } | ModelStatus::Standby(_))
+    }
+
     /// Whether the server can call itself ready as far as this model goes: it serves (or
     /// will, on its first request), or it was unloaded on purpose.
     pub fn counts_as_ready(&self) -> bool {
@@ -405,7 +411,7 @@ impl Repository {
         self.update(name, |entry| match entry {
             // A live version keeps serving, and keeps its state, while the next one loads;
             // a model on standby stays servable (its requests wait for this load).
-            Some(entry) if matches!(entry.status, ModelStatus::Ready { .. } | ModelStatus::Standby(_)) => entry.clone(),
+            Some(entry) if entry.status.serves() => entry.clone(),
             _ => Entry::with_status(entry, ModelStatus::Loading),
         });
         let runtime = self.runtime.clone();
@@ -688,16 +694,10 @@ impl Repository {
     /// reads every model known.
     pub(super) fn update(&self, name: &str, change: impl Fn(Option<&Entry>) -> Entry) {
         let existing = self.entries.load().get(name).cloned();
-        let slot = match existing {
+        let before = existing.as_ref().map(|slot| self.readiness(&slot.entry.load()));
+        match existing {
             Some(slot) => {
-                let before = self.readiness(&slot.entry.load());
                 slot.entry.rcu(|entry| change(Some(entry.as_ref())));
-                let after = self.readiness(&slot.entry.load());
-                self.track_residency(name, Some(&slot));
-                if before != after {
-                    self.changed();
-                }
-                return;
             }
             None => {
                 self.entries.rcu(|entries| {
@@ -712,14 +712,15 @@ impl Repository {
                     entries.insert(name.to_string(), slot);
                     entries
                 });
-                match self.entries.load().get(name) {
-                    Some(slot) => slot.clone(),
-                    None => return,
-                }
             }
-        };
-        self.track_residency(name, Some(&slot));
-        self.changed();
+        }
+        let slot = self.entries.load().get(name).cloned();
+        self.track_residency(name, slot.as_ref());
+        let after = slot.map(|slot| self.readiness(&slot.entry.load()));
+        // A new name always counts as a change.
+        if before.is_none() || before != after {
+            self.changed();
+        }
     }
 
     /// Keeps `name` in the resident index if its slot (`None`: gone) holds a resident
@@ -739,10 +740,7 @@ impl Repository {
     /// What readiness makes of `entry`: whether the model serves (ready, or on standby:
     /// it will answer), and whether it lets the server be ready.
     fn readiness(&self, entry: &Entry) -> (bool, bool) {
-        (
-            matches!(entry.status, ModelStatus::Ready { .. } | ModelStatus::Standby(_)),
-            self.counts_for_readiness(entry),
-        )
+        (entry.status.serves(), self.counts_for_readiness(entry))
     }
 
     /// Whether `entry` lets the server be ready (see [`Repository::all_ready`]).
