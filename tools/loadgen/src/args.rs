@@ -133,6 +133,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rates() {
+        assert_eq!(parse_rate("250"), Ok(250.0));
+        assert_eq!(parse_rate("0.5"), Ok(0.5));
+        for bad in ["0", "-3", "inf", "NaN", "fast", ""] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
