@@ -120,6 +120,9 @@ pub(crate) fn run_bisected<S: Stage>(
 /// Splits off the items nobody waits for, answered without a call.
 fn drop_unwanted(items: Vec<Indexed>, audience: &dyn Audience) -> (Vec<Indexed>, Vec<(usize, ItemOutcome)>) {
     let (wanted, unwanted): (Vec<Indexed>, Vec<Indexed>) = items.into_iter().partition(|(i, _)| audience.wanted(*i));
+    if unwanted.is_empty() {
+        return (wanted, Vec::new());
+    }
     let abandoned = ItemError::deadline("not run: the client left or the request's deadline passed");
     (wanted, answer_all(unwanted, &abandoned))
 }

@@ -119,7 +119,8 @@ fn within_here<F: Future>(until: Instant, call: F) -> Result<F::Output, Deadline
     .map_err(|_| DeadlinePassed)
 }
 
-/// A waker that unparks this thread.
+/// A waker that unparks this thread: one per thread, made on first use (a plugin call
+/// on the idle path needs one for every call, and most never wake it).
 fn unpark_waker() -> std::task::Waker {
     use std::sync::Arc;
     use std::task::{Wake, Waker};
@@ -130,7 +131,10 @@ fn unpark_waker() -> std::task::Waker {
             self.0.unpark();
         }
     }
-    Waker::from(Arc::new(Unpark(std::thread::current())))
+    thread_local! {
+        static WAKER: Waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    }
+    WAKER.with(Waker::clone)
 }
 
 /// Polls a future to completion on this thread, parking it while the future waits (its

@@ -50,6 +50,18 @@ pub fn spawn(work: impl FnOnce() + Send + 'static) {
     });
 }
 
+/// Drops `value` on a loader thread, unless this is one: dropping a store unmaps its
+/// memories and stack, and dropping a model's last compiled code unmaps that. Each
+/// unmapping takes the process's address-space lock for writing and interrupts every core
+/// running the server to flush its TLB, which must not happen on a thread that serves.
+pub fn drop_off_serving_threads<T: Send + 'static>(value: T) {
+    if rayon::current_thread_index().is_some() {
+        drop(value);
+    } else {
+        spawn(move || drop(value));
+    }
+}
+
 /// Queues `work`, which must not panic (a panic on a rayon thread aborts the process).
 fn submit(work: impl FnOnce() + Send + 'static) {
     match pool() {
@@ -119,6 +131,35 @@ mod tests {
         let server = this_threads_nice();
         let loader = run(this_threads_nice).await.unwrap();
         assert_eq!(loader, (server + LOWER_BY).min(19));
+    }
+
+    /// Records the name of the thread it is dropped on.
+    struct DroppedOn(std::sync::mpsc::Sender<Option<String>>);
+
+    impl Drop for DroppedOn {
+        fn drop(&mut self) {
+            let _ = self.0.send(std::thread::current().name().map(str::to_owned));
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn what_a_serving_thread_lets_go_of_is_dropped_on_a_loader_thread() {
+        let (sender, dropped) = std::sync::mpsc::channel();
+        drop_off_serving_threads(DroppedOn(sender.clone()));
+        let thread = dropped.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
+        assert!(
+            thread
+                .as_deref()
+                .is_some_and(|name| name.starts_with("tensorplug-load-")),
+            "{thread:?}"
+        );
+        // On a loader thread already: dropped there and then, not queued behind loads.
+        let on_loader = run(move || {
+            drop_off_serving_threads(DroppedOn(sender));
+            std::thread::current().name().map(str::to_owned)
+        });
+        let loader = on_loader.await.unwrap();
+        assert_eq!(dropped.try_recv().unwrap(), loader);
     }
 
     #[tokio::test]

@@ -291,9 +291,8 @@ impl Repository {
             idle_ms = idle.as_millis() as u64,
             "model evicted: on standby"
         );
-        // Usually the last hold on the model: unmapping its code and memories is a load's
-        // kind of work, kept off the threads that serve.
-        loaders::spawn(move || drop(entry));
+        // Usually the last hold on the model.
+        loaders::drop_off_serving_threads(entry);
         true
     }
 
