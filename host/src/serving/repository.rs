@@ -669,10 +669,11 @@ impl Repository {
             }
             entries
         });
+        let entries = self.entries.load();
         for (name, _) in &indexed_entries {
-            let slot = self.entries.load().get(name).cloned();
-            self.track_residency(name, slot.as_ref());
+            self.track_residency(name, entries.get(name));
         }
+        drop(entries);
         self.indexing.store(false, std::sync::atomic::Ordering::Relaxed);
         self.changed();
         tracing::info!(
@@ -914,15 +915,25 @@ pub(super) fn standby_of(model: &Model) -> Standby {
     }
 }
 
-/// Whether a load compiled any stage, as `tensorplug_residency_loads_total` says it.
-fn compiled_label(shared: &ModelShared) -> &'static str {
+/// Whether a load compiled any stage: `None` when the compile cache's counters cannot
+/// tell (other compiles ran at the same time).
+fn compiled(shared: &ModelShared) -> Option<bool> {
     let stages = shared.compiles.get().map(Vec::as_slice).unwrap_or_default();
     if stages.iter().any(|(_, c)| c.source == CompileSource::Compiled) {
-        "true"
+        Some(true)
     } else if stages.iter().any(|(_, c)| c.source == CompileSource::CompiledOrCache) {
-        "unknown"
+        None
     } else {
-        "false"
+        Some(false)
+    }
+}
+
+/// [`compiled`] as `tensorplug_residency_loads_total` says it.
+fn compiled_label(shared: &ModelShared) -> &'static str {
+    match compiled(shared) {
+        Some(true) => "true",
+        None => "unknown",
+        Some(false) => "false",
     }
 }
 
@@ -934,7 +945,7 @@ fn compiled_label(shared: &ModelShared) -> &'static str {
 fn may_have_compiled(loaded: &Result<crate::pipeline::LoadedModel, crate::pipeline::LoadError>) -> bool {
     loaded
         .as_ref()
-        .map_or(true, |loaded| compiled_label(&loaded.shared) != "false")
+        .map_or(true, |loaded| compiled(&loaded.shared) != Some(false))
 }
 
 /// Awaits every completion in turn (their threads run on their own; the order is moot).
