@@ -151,7 +151,9 @@ for wanted in $(printf '%s\n' "${crates[@]}" | sort -u); do
     fi
     say "cargo install $crate $version (features $features) into $tools"
     log="$(mktemp)"
-    cargo install --locked --quiet --force --root "$tools" "$crate" --version "=$version" \
+    # Unoptimised (--debug): the crates here are code generators run on a few small WIT
+    # files, and an optimised build of one took a minute of a cold CI run.
+    cargo install --debug --locked --quiet --force --root "$tools" "$crate" --version "=$version" \
         --no-default-features --features "$features" >"$log" 2>&1 ||
         { cat "$log" >&2; rm -f "$log"; fail "cargo install $crate $version failed (is the crate registry reachable?)"; }
     rm -f "$log"

@@ -949,3 +949,79 @@ async fn an_instance_is_added_only_if_the_budget_has_room_for_it() {
     assert_eq!(infer(&server, "elastic", &[1.0]).await.0, 200);
     server.stop().await;
 }
+
+/// Threads of process `pid` whose names start with `prefix` (of the 15 bytes a thread
+/// name keeps).
+fn threads_named(pid: u32, prefix: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the server's threads")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with(prefix))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_threads_start_only_when_batches_need_them_and_never_past_the_instances() {
+    // A server of its own: its idle path is shared with no other test's models.
+    let repository = tempfile::tempdir().expect("temp dir");
+    let dir = repository.path().join("lazy");
+    std::fs::create_dir_all(&dir).expect("model folder");
+    std::fs::copy(
+        common::root().join("tests/models/faulty/predict.wasm"),
+        dir.join("predict.wasm"),
+    )
+    .expect("plugin");
+    std::fs::write(
+        dir.join("model.toml"),
+        common::faulty_config("max_batch_size = 1", "instances = 3\ntimeout_ms = 400"),
+    )
+    .expect("model.toml");
+    let server = common::process::ServerProcess::spawn(repository.path(), &["--residency", "on-demand"]).await;
+    let client = reqwest::Client::new();
+    let infer = server.url("/v2/models/lazy/infer");
+
+    // One request at a time: each runs on the idle path, and no instance thread starts.
+    for value in 1..=5 {
+        let response = client
+            .post(&infer)
+            .json(&common::items_request(&[value as f32]))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), 200);
+    }
+    assert_eq!(
+        threads_named(server.pid(), "lazy#"),
+        0,
+        "answered on the idle path, yet instance threads were started"
+    );
+
+    // Nine slow requests at once queue for the batcher: its jobs start threads, one per
+    // instance at most.
+    let requests: Vec<_> = (0..9)
+        .map(|_| {
+            let (client, url) = (client.clone(), infer.clone());
+            tokio::spawn(async move {
+                let body = common::items_request(&[-2.0]);
+                client
+                    .post(url)
+                    .json(&body)
+                    .send()
+                    .await
+                    .expect("an answer")
+                    .status()
+                    .as_u16()
+            })
+        })
+        .collect();
+    for status in common::join_all(requests).await {
+        assert!(status == 500 || status == 504, "{status}");
+    }
+    let started = threads_named(server.pid(), "lazy#");
+    assert!(
+        (1..=3).contains(&started),
+        "{started} instance threads for a model of at most 3 instances"
+    );
+    let stats = server.stats("lazy").await;
+    assert!(stats["instances_live"].as_u64().unwrap_or(0) <= 3, "{stats}");
+}

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::handoff;
-use super::instances::{keep_wanted, BatcherLink, HandedBack, Job, JobItem};
+use super::instances::{keep_wanted, HandedBack, HandedBackParts, Job, JobItem};
 use super::pool::InstanceCount;
 use super::stats::ModelStats;
 use crate::model::outcome::{ItemError, ItemOutcome};
@@ -91,18 +91,20 @@ pub struct BatchPolicy {
 impl BatcherHandle {
     /// Starts the queue task on the current tokio runtime. `idle` holds one permit per
     /// instance (`instances` of them); a dispatched batch carries one until its instance is
-    /// done with it. The link is what the instance threads need of the queue.
+    /// done with it. `handed_back`: its end of the link the instance threads hand parts
+    /// back through.
     pub fn spawn(
         model: Arc<str>,
         policy: BatchPolicy,
         idle: (Arc<Semaphore>, Arc<dyn InstanceCount>),
-        jobs: handoff::Sender<Job>,
+        (jobs, handed_back): (handoff::Sender<Job>, HandedBackParts),
         stats: Arc<ModelStats>,
-    ) -> (Self, BatcherLink) {
+    ) -> Self {
         let (queue, receiver) = mpsc::unbounded_channel();
-        let (handed_back, parts) = mpsc::unbounded_channel();
-        let parts_pending = Arc::new(AtomicUsize::new(0));
-        let link = BatcherLink::new(handed_back, parts_pending.clone());
+        let HandedBackParts {
+            parts,
+            pending: parts_pending,
+        } = handed_back;
         let queues = Queues {
             fresh: receiver,
             fresh_open: true,
@@ -112,15 +114,14 @@ impl BatcherHandle {
             parts_pending: parts_pending.clone(),
         };
         tokio::spawn(run_queue(queues, policy, idle, jobs, stats));
-        let handle = Self {
+        Self {
             model,
             queue,
             admission: Arc::new(Semaphore::new(policy.max_queue_size)),
             capacity: policy.max_queue_size,
             requests: Arc::default(),
             parts_pending,
-        };
-        (handle, link)
+        }
     }
 
     /// Items waiting in the queue now.
@@ -194,7 +195,7 @@ struct Queues {
     parts: mpsc::UnboundedReceiver<HandedBack>,
     /// Parts handed back, waiting for an instance.
     waiting: Vec<HandedBack>,
-    /// Parts handed back and not yet dispatched (counted by [`BatcherLink::hand_back`]).
+    /// Parts handed back and not yet dispatched (counted by [`super::instances::BatcherLink::hand_back`]).
     parts_pending: Arc<AtomicUsize>,
 }
 
@@ -411,6 +412,7 @@ fn drain_ready(receiver: &mut mpsc::UnboundedReceiver<QueuedItem>, batch: &mut V
 mod tests {
     use super::*;
     use crate::model::tensor::{DataType, Tensor};
+    use crate::serving::instances::BatcherLink;
 
     struct Harness {
         handle: BatcherHandle,
@@ -441,11 +443,12 @@ mod tests {
             max_queue_delay,
             max_queue_size,
         };
-        let (handle, link) = BatcherHandle::spawn(
+        let (link, handed_back) = BatcherLink::channel();
+        let handle = BatcherHandle::spawn(
             "m".into(),
             policy,
             (Arc::new(Semaphore::new(instances)), Arc::new(FixedCount(instances))),
-            jobs_tx,
+            (jobs_tx, handed_back),
             stats.clone(),
         );
         Harness {

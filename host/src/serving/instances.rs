@@ -1,6 +1,9 @@
-//! The instance threads: one per instance a model version may have, all fed from one
-//! job queue (`super::handoff`), each running the batcher's jobs on an instance it takes
-//! from the model's pool (`super::pool`).
+//! The instance threads: up to one per instance a model version may have, all fed from
+//! one job queue (`super::handoff`), each running the batcher's jobs on an instance it
+//! takes from the model's pool (`super::pool`). They start as the batcher's jobs first
+//! need them, not with the model: most of the models a node loads on demand answer their
+//! few requests on the idle path, and a storm of cold loads started and ended two threads
+//! a model on the threads that serve.
 //!
 //! Batches run on these dedicated threads, never on the async runtime's own: wasmtime's
 //! sync WASI calls block, and a long plugin call must not stall the HTTP edge. (The idle
@@ -62,9 +65,22 @@ pub struct BatcherLink {
     pending: Arc<AtomicUsize>,
 }
 
+/// The batcher's end of its link: the parts handed back, and how many are on their way.
+pub struct HandedBackParts {
+    pub parts: tokio::sync::mpsc::UnboundedReceiver<HandedBack>,
+    pub pending: Arc<AtomicUsize>,
+}
+
 impl BatcherLink {
-    pub fn new(handed_back: tokio::sync::mpsc::UnboundedSender<HandedBack>, pending: Arc<AtomicUsize>) -> Self {
-        Self { handed_back, pending }
+    /// A link, and the batcher's end of it.
+    pub fn channel() -> (Self, HandedBackParts) {
+        let (handed_back, parts) = tokio::sync::mpsc::unbounded_channel();
+        let pending = Arc::new(AtomicUsize::new(0));
+        let link = Self {
+            handed_back,
+            pending: pending.clone(),
+        };
+        (link, HandedBackParts { parts, pending })
     }
 
     /// Hands a part back to the batcher; gives it back if the batcher is gone.
@@ -107,33 +123,39 @@ impl Completion {
     }
 }
 
-/// Starts `count` threads (one per instance of `pool`); they exit when the job queue
+/// The job queue of a model's instance threads, which starts them as jobs find none
+/// idle, up to `most` (one per instance of `pool` there may be); they exit when the queue
 /// closes and is drained.
-pub fn spawn_workers(
+pub fn start_workers_on_demand(
     model: &str,
-    (pool, count): (Arc<InstancePool>, usize),
-    jobs: handoff::Receiver<Job>,
+    (pool, most): (Arc<InstancePool>, usize),
     link: BatcherLink,
     stats: Arc<ModelStats>,
-) -> std::io::Result<Completion> {
+) -> (handoff::Sender<Job>, Completion) {
     let (done, closed) = tokio::sync::mpsc::channel::<()>(1);
-    let mut threads = Vec::with_capacity(count);
-    for n in 0..count {
-        let (pool, jobs, link, stats, done) = (pool.clone(), jobs.clone(), link.clone(), stats.clone(), done.clone());
+    let threads = Arc::new(std::sync::Mutex::new(Vec::with_capacity(most)));
+    let started = threads.clone();
+    let model = model.to_owned();
+    let start = move |jobs: handoff::Receiver<Job>| {
+        let (pool, link, stats, done) = (pool.clone(), link.clone(), stats.clone(), done.clone());
+        let mut started = crate::sync::lock(&started);
         let thread = std::thread::Builder::new()
-            .name(format!("{model}#{n}"))
+            .name(format!("{model}#{}", started.len()))
             .spawn(move || {
                 work(&pool, jobs, &link, &stats);
-                // The pool (and with the last thread, the instances) goes before `done`.
+                // The pool (and with the last holder, the instances) goes before `done`.
                 drop(pool);
                 drop(done);
             })?;
-        threads.push(thread);
-    }
-    Ok(Completion {
+        started.push(thread);
+        Ok(())
+    };
+    let jobs = handoff::queue_started_on_demand(most, Box::new(start));
+    let completion = Completion {
         closed: Arc::new(tokio::sync::Mutex::new(closed)),
-        threads: Arc::new(std::sync::Mutex::new(threads)),
-    })
+        threads,
+    };
+    (jobs, completion)
 }
 
 fn work(pool: &InstancePool, jobs: handoff::Receiver<Job>, link: &BatcherLink, stats: &ModelStats) {

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::batcher::{BatchPolicy, BatcherHandle, SubmitError};
 use super::idle::{IdleModel, IdlePath};
-use super::instances::{spawn_workers, Completion};
+use super::instances::{start_workers_on_demand, BatcherLink, Completion};
 use super::pool::InstancePool;
 use super::pool::{Growth, InstanceCount, Scaling};
 use super::residency::LastUse;
@@ -25,8 +25,6 @@ use crate::traces::ItemsTrace;
 pub enum StartError {
     #[error(transparent)]
     Load(#[from] crate::pipeline::LoadError),
-    #[error("cannot start instance threads: {0}")]
-    Threads(std::io::Error),
 }
 
 /// Which latency histograms a model version keeps: with metrics on (`server` is the
@@ -78,7 +76,6 @@ impl Model {
         } = loaded;
         let own = histograms.server.is_some() && config.histograms.unwrap_or(histograms.by_default);
         let stats = Arc::new(ModelStats::new(own, edges).counted_in(histograms.server.cloned()));
-        let (jobs_tx, jobs_rx) = super::handoff::queue();
         let policy = BatchPolicy {
             max_batch_size: config.batching.max_batch_size,
             max_queue_delay: config.batching.max_queue_delay,
@@ -95,16 +92,21 @@ impl Model {
         let pool = Arc::new(InstancePool::new(instances, stats.clone(), scaling));
         let permits = pool.permits().clone();
         let idle = (permits.clone(), pool.clone() as Arc<dyn InstanceCount>);
-        let (batcher, link) = BatcherHandle::spawn(config.name.as_str().into(), policy, idle, jobs_tx, stats.clone());
-        // A thread per instance the model may have; those without one wait for work idle.
-        let completion = spawn_workers(
+        let (link, handed_back) = BatcherLink::channel();
+        // Up to a thread per instance the model may have, started as its batches need them.
+        let (jobs, completion) = start_workers_on_demand(
             &config.name,
             (pool.clone(), config.limits.instances),
-            jobs_rx,
             link.clone(),
             stats.clone(),
-        )
-        .map_err(StartError::Threads)?;
+        );
+        let batcher = BatcherHandle::spawn(
+            config.name.as_str().into(),
+            policy,
+            idle,
+            (jobs, handed_back),
+            stats.clone(),
+        );
         let idle = IdlePath::new(IdleModel {
             idle: permits,
             pool: pool.clone(),
