@@ -92,13 +92,17 @@ async fn a_thousand_first_requests_to_a_thousand_models_are_answered_within_the_
         "no 500, no 404, no 503 without Retry-After"
     );
     assert!(ok > 0);
-    assert!(peak_mib <= BUDGET_MIB + MARGIN_MIB, "peak RSS {peak_mib} MiB");
     sampling.store(false, std::sync::atomic::Ordering::Relaxed);
     let most_resident = sampler.await.expect("sampler");
+    // What a peak past the margin would need explained (one cold CI run saw 245 MiB
+    // that no later run here reproduced: 81-100 MiB).
+    let threads = std::fs::read_dir(format!("/proc/{}/task", server.pid())).map_or(0, |tasks| tasks.count());
     eprintln!(
-        "resident models held at most {:.1} MiB",
-        most_resident / f64::from(1 << 20)
+        "resident models held at most {:.1} MiB; after the storm: RSS {} MiB, {threads} threads",
+        most_resident / f64::from(1 << 20),
+        server.rss_kib() / 1024
     );
+    assert!(peak_mib <= BUDGET_MIB + MARGIN_MIB, "peak RSS {peak_mib} MiB");
     // A model never loaded reserves what its instances declare (and its files), so even
     // the first loads keep the measured sum under the budget.
     assert!(most_resident <= (BUDGET_MIB << 20) as f64, "{most_resident}");
