@@ -28,6 +28,11 @@ fn faulty_models(names: &[&str]) -> tempfile::TempDir {
 }
 
 fn add_model(repository: &Path, name: &str) {
+    add_faulty_model(repository, name, "max_batch_size = 8", "instances = 1");
+}
+
+/// Adds a copy of the faulty plugin as `name`, with the given `[batching]` and `[limits]`.
+fn add_faulty_model(repository: &Path, name: &str, batching: &str, limits: &str) {
     let dir = repository.join(name);
     std::fs::create_dir(&dir).expect("model folder");
     std::fs::copy(
@@ -35,11 +40,7 @@ fn add_model(repository: &Path, name: &str) {
         dir.join("predict.wasm"),
     )
     .expect("build the plugins first with ./scripts/build-plugins.sh");
-    std::fs::write(
-        dir.join("model.toml"),
-        common::faulty_config("max_batch_size = 8", "instances = 1"),
-    )
-    .expect("model.toml");
+    std::fs::write(dir.join("model.toml"), common::faulty_config(batching, limits)).expect("model.toml");
 }
 
 /// Adds `table` (a TOML table, e.g. `[residency]\npinned = true`) to `model`'s model.toml.
@@ -835,21 +836,15 @@ async fn a_server_with_models_made_resident_on_demand_drains_at_once() {
 /// A model of `instances` instances at most whose calls are cut at 400 ms (its code -2
 /// loops until then), one item per batch: each slow request holds an instance.
 fn elastic_model(repository: &Path, name: &str, instances: usize, extra_limits: &str) {
-    let dir = repository.join(name);
-    std::fs::create_dir_all(&dir).expect("model folder");
-    std::fs::copy(
-        common::root().join("tests/models/faulty/predict.wasm"),
-        dir.join("predict.wasm"),
-    )
-    .expect("plugin");
     let limits = format!("instances = {instances}\ntimeout_ms = 400\n{extra_limits}");
-    std::fs::write(
-        dir.join("model.toml"),
-        // A queue delay keeps these off the idle path, whose runtime threads are shared
-        // by every test server of this process: its slow calls would close it to them.
-        common::faulty_config("max_batch_size = 1\nmax_queue_delay_us = 100", &limits),
-    )
-    .expect("model.toml");
+    // A queue delay keeps these off the idle path, whose runtime threads are shared by
+    // every test server of this process: its slow calls would close it to them.
+    add_faulty_model(
+        repository,
+        name,
+        "max_batch_size = 1\nmax_queue_delay_us = 100",
+        &limits,
+    );
 }
 
 /// Sends `count` slow requests at once to `model` and returns the most instances it had
@@ -964,18 +959,12 @@ fn threads_named(pid: u32, prefix: &str) -> usize {
 async fn instance_threads_start_only_when_batches_need_them_and_never_past_the_instances() {
     // A server of its own: its idle path is shared with no other test's models.
     let repository = tempfile::tempdir().expect("temp dir");
-    let dir = repository.path().join("lazy");
-    std::fs::create_dir_all(&dir).expect("model folder");
-    std::fs::copy(
-        common::root().join("tests/models/faulty/predict.wasm"),
-        dir.join("predict.wasm"),
-    )
-    .expect("plugin");
-    std::fs::write(
-        dir.join("model.toml"),
-        common::faulty_config("max_batch_size = 1", "instances = 3\ntimeout_ms = 400"),
-    )
-    .expect("model.toml");
+    add_faulty_model(
+        repository.path(),
+        "lazy",
+        "max_batch_size = 1",
+        "instances = 3\ntimeout_ms = 400",
+    );
     let server = common::process::ServerProcess::spawn(repository.path(), &["--residency", "on-demand"]).await;
     let client = reqwest::Client::new();
     let infer = server.url("/v2/models/lazy/infer");

@@ -68,9 +68,7 @@ impl<T> Shared<T> {
             on_demand,
         })
     }
-}
 
-impl<T> Shared<T> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {
         crate::sync::lock(&self.state)
     }
@@ -81,8 +79,11 @@ impl<T> Sender<T> {
     /// it back when every receiver is gone and no more may be started.
     pub fn send(&self, value: T) -> Result<(), T> {
         let mut state = self.0.lock();
-        let startable = self.0.on_demand.as_ref().is_some_and(|(_, most)| state.started < *most);
-        if state.receivers == 0 && !startable {
+        // How to start one more receiver, if this queue may.
+        let start = (self.0.on_demand.as_ref())
+            .filter(|(_, most)| state.started < *most)
+            .map(|(start, _)| start);
+        if state.receivers == 0 && start.is_none() {
             return Err(value);
         }
         state.queue.push_back(value);
@@ -91,7 +92,7 @@ impl<T> Sender<T> {
             self.0.ready.notify_one();
             return Ok(());
         }
-        let Some((start, _)) = self.0.on_demand.as_ref().filter(|_| startable) else {
+        let Some(start) = start else {
             return Ok(()); // a busy receiver takes it when it is done
         };
         state.started += 1;
