@@ -138,6 +138,7 @@ impl Repository {
             None => None,
             Some(budget) => {
                 let expected = {
+                    let _sizing = self.sizing_slots.acquire().await;
                     let standby = standby.clone();
                     let starting = self.policy.instance_floor(&standby.config.limits);
                     tokio::task::spawn_blocking(move || standby.expected_bytes(starting))
@@ -182,12 +183,19 @@ impl Repository {
         let mut waiting = false;
         let _waiting = WaitingForRoom::new(&self.waiting_for_room);
         loop {
-            // Registered before looking, so that a request ending meanwhile wakes it.
-            let freed = self.room.notified();
-            tokio::pin!(freed);
+            // Registered before looking, so that a request ending (or a release) meanwhile
+            // wakes it.
+            let (freed, released) = (self.room.notified(), self.releases.done.notified());
+            tokio::pin!(freed, released);
             freed.as_mut().enable();
-            if let Some(reservation) = self.reservations.try_reserve(bytes, || self.resident_bytes(), budget) {
+            released.as_mut().enable();
+            let held = || self.resident_bytes().saturating_add(self.releases.bytes());
+            if let Some(reservation) = self.reservations.try_reserve(bytes, held, budget) {
                 return Some(reservation);
+            }
+            if self.fits_once_released(bytes, budget) {
+                let _ = tokio::time::timeout(ROOM_POLL, released).await;
+                continue;
             }
             if self.evict_least_recent(FOR_ROOM, Some(name)) {
                 continue;
@@ -205,6 +213,17 @@ impl Repository {
             }
             let _ = tokio::time::timeout(ROOM_POLL, freed).await;
         }
+    }
+
+    /// Whether `bytes` would fit once the evicted models' memory on its way out is given
+    /// back: then the load waits for that rather than evicting more.
+    fn fits_once_released(&self, bytes: u64, budget: u64) -> bool {
+        self.releases.bytes() > 0
+            && self
+                .resident_bytes()
+                .saturating_add(self.reservations.reserved())
+                .saturating_add(bytes)
+                <= budget
     }
 
     /// Says a request let go of its model: a load waiting for room may evict it now
@@ -278,7 +297,7 @@ impl Repository {
             return false;
         }
         let standby = Arc::new(standby_of(model));
-        let held = standby.held_bytes.unwrap_or(0);
+        let held = model.held_bytes();
         self.update(name, |entry| {
             Entry::with_status(entry, ModelStatus::Standby(standby.clone()))
         });
@@ -291,8 +310,8 @@ impl Repository {
             idle_ms = idle.as_millis() as u64,
             "model evicted: on standby"
         );
-        // Usually the last hold on the model.
-        loaders::drop_off_serving_threads(entry);
+        // Usually the last hold on the model; its memory counts until it is dropped.
+        loaders::drop_off_serving_threads(self.releases.start(entry, held));
         true
     }
 
@@ -337,12 +356,13 @@ impl Repository {
             if self
                 .resident_bytes()
                 .saturating_add(self.reservations.reserved())
+                .saturating_add(self.releases.bytes())
                 .saturating_add(bytes)
                 <= budget
             {
                 return true;
             }
-            if !self.evict_least_recent(FOR_ROOM, Some(name)) {
+            if self.fits_once_released(bytes, budget) || !self.evict_least_recent(FOR_ROOM, Some(name)) {
                 tracing::debug!(model = name, "no room for another instance: {}", self.room_report());
                 return false;
             }

@@ -24,8 +24,8 @@ use prometheus_client::metrics::family::Family;
 use super::model::{Histogramming, Model, StartError};
 use super::pool::Growth;
 use super::residency::{
-    LoadLabels as ResidencyLoadLabels, LoadTrigger, OnDemandLoad, Reservations, ResidencyMetrics, ResidencyPolicy,
-    Standby, API, RELOAD, UNLOADED,
+    LoadLabels as ResidencyLoadLabels, LoadTrigger, OnDemandLoad, Releases, Reservations, ResidencyMetrics,
+    ResidencyPolicy, Standby, API, RELOAD, UNLOADED,
 };
 use super::stats::EdgeLabel;
 use crate::model::config::{is_valid_model_name, ModelConfig, MODEL_FILE};
@@ -248,6 +248,11 @@ pub struct Repository {
     pub residency: ResidencyMetrics,
     /// Room under the budget promised to loads under way.
     pub(super) reservations: Reservations,
+    /// What evicted models hold until their drop has given it back.
+    pub(super) releases: Arc<Releases>,
+    /// First loads of models never measured size them from their files (read whole): a
+    /// few at once, not one blocking thread and one file in memory per model of a storm.
+    pub(super) sizing_slots: tokio::sync::Semaphore,
     /// On-demand loads under way, by model: each resolves with its times once the model
     /// is resident or failed; every request for the model waits on the same one.
     pub(super) on_demand: std::sync::Mutex<std::collections::HashMap<String, OnDemandLoad>>,
@@ -290,6 +295,8 @@ impl Repository {
             policy: ResidencyPolicy::default(),
             residency: ResidencyMetrics::default(),
             reservations: Reservations::default(),
+            releases: Arc::default(),
+            sizing_slots: tokio::sync::Semaphore::new(super::loaders::threads()),
             on_demand: std::sync::Mutex::default(),
             room: tokio::sync::Notify::new(),
             waiting_for_room: std::sync::atomic::AtomicUsize::new(0),
