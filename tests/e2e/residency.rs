@@ -1014,3 +1014,68 @@ async fn instance_threads_start_only_when_batches_need_them_and_never_past_the_i
     let stats = server.stats("lazy").await;
     assert!(stats["instances_live"].as_u64().unwrap_or(0) <= 3, "{stats}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_model_answers_at_once_while_every_load_slot_is_held_by_slow_cold_loads() {
+    // A server of its own: its loader threads are held for seconds.
+    const COLD: usize = 6;
+    const INIT_MS: u64 = 1_500;
+    let repository = tempfile::tempdir().expect("temp dir");
+    add_model(repository.path(), "warm");
+    for k in 0..COLD {
+        let name = format!("cold{k}");
+        add_model(repository.path(), &name);
+        append_to_config(
+            repository.path(),
+            &name,
+            &format!("[parameters]\nsleep_init_ms = {INIT_MS}"),
+        );
+    }
+    let server = common::process::ServerProcess::spawn(repository.path(), &["--residency", "on-demand"]).await;
+    let client = reqwest::Client::new();
+    let post = |model: &str, value: f32| {
+        client
+            .post(server.url(&format!("/v2/models/{model}/infer")))
+            .json(&common::items_request(&[value]))
+            .send()
+    };
+    assert_eq!(post("warm", 1.0).await.expect("an answer").status(), 200);
+
+    // A storm of first requests whose loads each sleep in init: more than the loads that
+    // run at once, so every load slot (and loader thread they use) is held for seconds.
+    let storm: Vec<_> = (0..COLD)
+        .map(|k| tokio::spawn(post(&format!("cold{k}"), 1.0)))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut slowest = Duration::ZERO;
+    for value in 0..20 {
+        let started = Instant::now();
+        let response = post("warm", value as f32).await.expect("an answer");
+        assert_eq!(response.status(), 200);
+        slowest = slowest.max(started.elapsed());
+    }
+    // A warm request that waited for any load would take a load's INIT_MS.
+    assert!(
+        slowest < Duration::from_millis(INIT_MS / 2),
+        "the warm model's slowest answer took {slowest:?} during the storm"
+    );
+    // ... and the loads were still under way, waiting for their turn or sleeping in init.
+    let index: Value = client
+        .post(server.url("/v2/repository/index"))
+        .send()
+        .await
+        .expect("the index")
+        .json()
+        .await
+        .expect("index JSON");
+    let loading = index
+        .as_array()
+        .expect("index rows")
+        .iter()
+        .filter(|row| row["state"] == "LOADING")
+        .count();
+    assert!(loading > 0, "{index}");
+    for answer in common::join_all(storm).await {
+        assert_eq!(answer.expect("an answer").status(), 200);
+    }
+}
