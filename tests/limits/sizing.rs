@@ -221,3 +221,28 @@ async fn compiling_cold_leaves_no_memory_behind_once_the_models_are_unloaded() {
         "RSS {started} KiB at start, {after} KiB with every model unloaded"
     );
 }
+
+/// A model never loaded is sized from its stage files' sections without reading them
+/// whole: every plugin built from the repo (Rust, C, C++, Python and JavaScript
+/// components, core modules) sizes the same read section by section as read whole.
+#[test]
+fn every_plugin_is_sized_from_its_sections_as_from_its_whole_file() {
+    let mut files = Vec::new();
+    for root in [common::example_repository(), common::root().join("tests/models")] {
+        for model in std::fs::read_dir(&root).unwrap() {
+            for file in std::fs::read_dir(model.unwrap().path()).into_iter().flatten() {
+                let path = file.unwrap().path();
+                if path.extension().is_some_and(|e| e == "wasm") {
+                    files.push(path);
+                }
+            }
+        }
+    }
+    assert!(files.len() >= 10, "{files:?}");
+    for file in files {
+        let whole = tensorplug::runtime::declared_instance_bytes(&std::fs::read(&file).unwrap());
+        let by_sections = tensorplug::runtime::declared_instance_bytes_of_file(&file);
+        assert!(whole.is_some_and(|bytes| bytes > 0), "{}", file.display());
+        assert_eq!(by_sections, whole, "{}", file.display());
+    }
+}

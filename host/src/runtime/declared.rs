@@ -4,6 +4,9 @@
 //! memory budget for at least what its instances will be measured at once instantiated
 //! (its file's size alone is a fraction of that).
 
+use std::io::{Read, Seek};
+use std::path::Path;
+
 use wasmparser::{Parser, Payload};
 
 use super::memory::TABLE_ELEMENT_BYTES;
@@ -34,6 +37,113 @@ pub fn declared_instance_bytes(wasm: &[u8]) -> Option<u64> {
     Some(bytes)
 }
 
+/// [`declared_instance_bytes`] of the plugin in `file`, reading only its section headers
+/// and the memory and table sections of the modules it nests, not the file whole: sizing
+/// a Python component (19 MB, of which these sections are a few bytes) for its first load
+/// read and copied all of it, a fifth of the CPU of that model's first answer.
+pub fn declared_instance_bytes_of_file(file: &Path) -> Option<u64> {
+    let file = std::fs::File::open(file).ok()?;
+    let end = file.metadata().ok()?.len();
+    let mut sections = Sections {
+        reader: std::io::BufReader::with_capacity(4096, file),
+        at: 0,
+    };
+    sections.declared(end, 0)
+}
+
+/// How deep components may nest before sizing gives up (a hostile file nesting millions
+/// deep would otherwise exhaust the stack).
+const MOST_NESTED: usize = 64;
+
+/// A wasm file read section by section.
+struct Sections<R> {
+    reader: std::io::BufReader<R>,
+    /// The reader's offset in the file.
+    at: u64,
+}
+
+impl<R: Read + Seek> Sections<R> {
+    /// The bytes the module or component from here to `end` declares.
+    fn declared(&mut self, end: u64, depth: usize) -> Option<u64> {
+        if depth > MOST_NESTED {
+            return None;
+        }
+        let header: [u8; 8] = self.read(8)?.try_into().ok()?;
+        let component = match header {
+            [0, b'a', b's', b'm', 1, 0, 0, 0] => false,
+            [0, b'a', b's', b'm', _, _, 1, 0] => true,
+            _ => return None,
+        };
+        let mut bytes = 0u64;
+        while self.at < end {
+            let id = self.read(1)?[0];
+            let size = u64::from(self.leb_u32()?);
+            let next = self.at.checked_add(size).filter(|next| *next <= end)?;
+            match (component, id) {
+                // A core module, or a component, nested in a component.
+                (true, CORE_MODULE_SECTION | COMPONENT_SECTION) => {
+                    bytes = bytes.saturating_add(self.declared(next, depth + 1)?);
+                }
+                (false, TABLE_SECTION | MEMORY_SECTION) => {
+                    let mut module = CORE_MODULE_HEADER.to_vec();
+                    module.push(id);
+                    leb_u32(size as u32, &mut module);
+                    module.extend(self.read(size as usize)?);
+                    bytes = bytes.saturating_add(declared_instance_bytes(&module)?);
+                }
+                _ => {}
+            }
+            self.skip_to(next)?;
+        }
+        (self.at == end).then_some(bytes)
+    }
+
+    fn read(&mut self, count: usize) -> Option<Vec<u8>> {
+        let mut bytes = vec![0; count];
+        self.reader.read_exact(&mut bytes).ok()?;
+        self.at += count as u64;
+        Some(bytes)
+    }
+
+    fn skip_to(&mut self, offset: u64) -> Option<()> {
+        let forward = i64::try_from(offset.checked_sub(self.at)?).ok()?;
+        self.reader.seek_relative(forward).ok()?;
+        self.at = offset;
+        Some(())
+    }
+
+    /// An unsigned LEB128 of at most 32 bits.
+    fn leb_u32(&mut self) -> Option<u32> {
+        let mut value = 0u32;
+        for shift in (0..35).step_by(7) {
+            let byte = self.read(1)?[0];
+            value |= u32::from(byte & 0x7f).checked_shl(shift)?;
+            if byte & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+}
+
+const CORE_MODULE_HEADER: [u8; 8] = *b"\0asm\x01\0\0\0";
+const TABLE_SECTION: u8 = 4;
+const MEMORY_SECTION: u8 = 5;
+const CORE_MODULE_SECTION: u8 = 1;
+const COMPONENT_SECTION: u8 = 4;
+
+fn leb_u32(mut value: u32, into: &mut Vec<u8>) {
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            into.push(byte);
+            return;
+        }
+        into.push(byte | 0x80);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,6 +162,65 @@ mod tests {
     fn a_file_that_does_not_parse_declares_nothing() {
         assert_eq!(declared_instance_bytes(b"\0asm\x01\0\0\0\x05\x7f"), None);
         assert_eq!(declared_instance_bytes(b"not wasm"), None);
+    }
+
+    /// `modules` nested in a component (with a custom section between them), and inside
+    /// another component `depth` times.
+    fn component_of(modules: &[Vec<u8>], depth: usize) -> Vec<u8> {
+        let mut body = Vec::new();
+        for module in modules {
+            body.push(CORE_MODULE_SECTION);
+            leb_u32(module.len() as u32, &mut body);
+            body.extend_from_slice(module);
+            body.extend_from_slice(&[0, 4, 1, b'x', 7, 7]);
+        }
+        let mut component = b"\0asm\x0d\0\x01\0".to_vec();
+        component.extend_from_slice(&body);
+        for _ in 0..depth {
+            let mut outer = b"\0asm\x0d\0\x01\0".to_vec();
+            outer.push(COMPONENT_SECTION);
+            leb_u32(component.len() as u32, &mut outer);
+            outer.extend_from_slice(&component);
+            component = outer;
+        }
+        component
+    }
+
+    fn declared_of_file(wasm: &[u8]) -> Option<u64> {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), wasm).unwrap();
+        declared_instance_bytes_of_file(file.path())
+    }
+
+    #[test]
+    fn a_file_is_sized_by_its_sections_as_the_whole_would_be() {
+        let mut code = wasm_encoder_free_module(&[3], 10);
+        // A large section it skips: a custom one of 300 bytes.
+        code.extend_from_slice(&[0, 0xae, 0x02, 1, b'y']);
+        code.extend(std::iter::repeat_n(9, 300));
+        let component = component_of(&[wasm_encoder_free_module(&[17, 2], 100), code.clone()], 2);
+        let whole = declared_instance_bytes(&component).expect("parses");
+        assert_eq!(whole, (19 + 3) * 65536 + 110 * TABLE_ELEMENT_BYTES as u64);
+        assert_eq!(declared_of_file(&component), Some(whole));
+        assert_eq!(declared_of_file(&code), declared_instance_bytes(&code));
+    }
+
+    #[test]
+    fn a_hostile_file_is_not_sized_and_costs_no_stack() {
+        let module = wasm_encoder_free_module(&[1], 1);
+        // Nested past the most: given up, not a stack overflow.
+        assert_eq!(
+            declared_of_file(&component_of(std::slice::from_ref(&module), 200)),
+            None
+        );
+        // Truncated, or a section running past the end.
+        let component = component_of(std::slice::from_ref(&module), 1);
+        assert_eq!(declared_of_file(&component[..component.len() - 3]), None);
+        let mut overlong = module.clone();
+        overlong.extend_from_slice(&[0, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+        assert_eq!(declared_of_file(&overlong), None);
+        assert_eq!(declared_of_file(b"not wasm"), None);
+        assert_eq!(declared_of_file(b""), None);
     }
 
     /// A core module with memories of `pages` and one funcref table of `table` elements,

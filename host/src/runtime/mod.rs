@@ -12,7 +12,7 @@ mod convert;
 mod deadline;
 mod declared;
 pub use deadline::{on_this_runtime_thread, EPOCH_TICK};
-pub use declared::declared_instance_bytes;
+pub use declared::{declared_instance_bytes, declared_instance_bytes_of_file};
 mod engine;
 mod memory;
 pub mod nn;

@@ -163,9 +163,9 @@ impl Standby {
         }
         let instances = starting_instances.max(1) as u64;
         let stages = self.config.stages.iter().map(|(_, file)| file).filter_map(|file| {
-            let wasm = std::fs::read(file).ok()?;
-            let declared = crate::runtime::declared_instance_bytes(&wasm).unwrap_or(0);
-            let code = (wasm.len() as u64).saturating_mul(COMPILED_PER_WASM_BYTE);
+            let len = std::fs::metadata(file).ok()?.len();
+            let declared = crate::runtime::declared_instance_bytes_of_file(file).unwrap_or(0);
+            let code = len.saturating_mul(COMPILED_PER_WASM_BYTE);
             Some(code.saturating_add(declared.saturating_mul(instances)))
         });
         let graphs = self
