@@ -303,6 +303,29 @@ async fn the_budget_evicts_the_least_recently_used_model_by_what_it_measures_and
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_asked_for_again_outlives_a_more_recent_one_off() {
+    let repository = faulty_models(&["used", "once", "next"]);
+    for model in ["used", "once", "next"] {
+        // ~17 MiB each once loaded: two fit in 40, not three.
+        append_to_config(repository.path(), model, "[parameters]\nkeep_mib = 16");
+    }
+    let mut config = on_demand(repository.path());
+    config.memory_budget_mib = Some(40);
+    let server = TestServer::start_with(config).await;
+    // `used` is asked for again after its load; `once`, later, only by its loading request.
+    for model in ["used", "used", "once"] {
+        assert_eq!(infer(&server, model, &[1.0]).await.0, 200);
+    }
+    // Nothing is protected (no minimum residency): `used` is the least recently used, yet
+    // the one-off goes first.
+    assert_eq!(infer(&server, "next", &[1.0]).await.0, 200);
+    let after = rows(&server).await;
+    let states = ["used", "once", "next"].map(|m| after[m]["state"].as_str().unwrap().to_owned());
+    assert_eq!(states, ["READY", "STANDBY", "READY"], "{after:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_that_grows_past_the_budget_sends_its_idle_neighbours_away() {
     let repository = faulty_models(&["a", "b", "grower"]);
     let mut config = on_demand(repository.path());

@@ -258,11 +258,15 @@ impl Repository {
             .min(model.load_took.saturating_mul(self.policy.min_residency_loads))
     }
 
-    /// Sends the least recently used model that may go (not pinned, nothing in flight,
-    /// past its protection; not `except`) back to standby; whether one went.
+    /// Sends the model that may go (not pinned, nothing in flight, past its protection;
+    /// not `except`) and was least recently used back to standby, taking first the models
+    /// no request has asked for again since their load (a segmented LRU: under Zipf
+    /// traffic whose tail passes the budget, a one-off load at the tail then makes room
+    /// by evicting another one-off, not a model in use that is asked for less often than
+    /// the tail arrives); whether one went.
     fn evict_least_recent(&self, cause: EvictionCause, except: Option<&str>) -> bool {
         let min_idle = |model: &Model| self.protection(model);
-        let mut candidates: Vec<(Duration, String)> = self
+        let mut candidates: Vec<(bool, Duration, String)> = self
             .resident_slots()
             .into_iter()
             .filter(|(name, _)| Some(name.as_str()) != except)
@@ -270,13 +274,13 @@ impl Repository {
                 let entry = slot.entry.load();
                 let model = evictable(&entry)?;
                 let idle = model.last_used.ago();
-                (idle >= min_idle(model)).then_some((idle, name))
+                (idle >= min_idle(model)).then_some((model.last_used.reused(), idle, name))
             })
             .collect();
-        candidates.sort_unstable_by_key(|(idle, _)| std::cmp::Reverse(*idle));
+        candidates.sort_unstable_by_key(|(reused, idle, _)| (*reused, std::cmp::Reverse(*idle)));
         candidates
             .into_iter()
-            .any(|(_, name)| self.evict(&name, cause, &min_idle))
+            .any(|(_, _, name)| self.evict(&name, cause, &min_idle))
     }
 
     /// Sends `name` back to standby if it still may go and has been idle `min_idle` of
