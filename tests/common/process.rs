@@ -23,19 +23,23 @@ impl ServerProcess {
         Self::spawn_with_env(repository, extra, &[]).await
     }
 
+    /// The repository index (`POST /v2/repository/index`).
+    pub async fn index(&self) -> serde_json::Value {
+        self.client
+            .post(self.url("/v2/repository/index"))
+            .send()
+            .await
+            .expect("index")
+            .json()
+            .await
+            .expect("index JSON")
+    }
+
     /// Waits until no model is loading any more; the repository index then.
     pub async fn wait_loaded(&self) -> serde_json::Value {
         let started = std::time::Instant::now();
         while started.elapsed() < super::MODELS_LOAD_WITHIN {
-            let index: serde_json::Value = self
-                .client
-                .post(self.url("/v2/repository/index"))
-                .send()
-                .await
-                .expect("index")
-                .json()
-                .await
-                .expect("index JSON");
+            let index = self.index().await;
             if index
                 .as_array()
                 .is_some_and(|rows| rows.iter().all(|r| r["state"] != "LOADING"))

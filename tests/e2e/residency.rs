@@ -250,16 +250,22 @@ async fn a_broken_model_fails_one_load_answers_every_request_clearly_and_comes_b
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_budget_evicts_the_least_recently_used_model_by_what_it_measures_and_it_comes_back() {
-    let repository = faulty_models(&["a", "b", "c"]);
-    for model in ["a", "b", "c"] {
-        // Each holds ~17 MiB once loaded (16 kept by its init): two fit in 40, not three.
+/// A server on demand over three models of ~17 MiB each once loaded (16 kept by their
+/// init) under a budget of 40 MiB: two fit, not three.
+async fn two_of_three_fit(models: [&str; 3]) -> (tempfile::TempDir, TestServer) {
+    let repository = faulty_models(&models);
+    for model in models {
         append_to_config(repository.path(), model, "[parameters]\nkeep_mib = 16");
     }
     let mut config = on_demand(repository.path());
     config.memory_budget_mib = Some(40);
     let server = TestServer::start_with(config).await;
+    (repository, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_evicts_the_least_recently_used_model_by_what_it_measures_and_it_comes_back() {
+    let (_repository, server) = two_of_three_fit(["a", "b", "c"]).await;
     for model in ["a", "b"] {
         assert_eq!(infer(&server, model, &[1.0]).await.0, 200);
     }
@@ -304,14 +310,7 @@ async fn the_budget_evicts_the_least_recently_used_model_by_what_it_measures_and
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_asked_for_again_outlives_a_more_recent_one_off() {
-    let repository = faulty_models(&["used", "once", "next"]);
-    for model in ["used", "once", "next"] {
-        // ~17 MiB each once loaded: two fit in 40, not three.
-        append_to_config(repository.path(), model, "[parameters]\nkeep_mib = 16");
-    }
-    let mut config = on_demand(repository.path());
-    config.memory_budget_mib = Some(40);
-    let server = TestServer::start_with(config).await;
+    let (_repository, server) = two_of_three_fit(["used", "once", "next"]).await;
     // `used` is asked for again after its load; `once`, later, only by its loading request.
     for model in ["used", "used", "once"] {
         assert_eq!(infer(&server, model, &[1.0]).await.0, 200);
@@ -1083,14 +1082,7 @@ async fn a_warm_model_answers_at_once_while_every_load_slot_is_held_by_slow_cold
         "the warm model's slowest answer took {slowest:?} during the storm"
     );
     // ... and the loads were still under way, waiting for their turn or sleeping in init.
-    let index: Value = client
-        .post(server.url("/v2/repository/index"))
-        .send()
-        .await
-        .expect("the index")
-        .json()
-        .await
-        .expect("index JSON");
+    let index = server.index().await;
     let loading = index
         .as_array()
         .expect("index rows")

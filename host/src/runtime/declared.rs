@@ -7,7 +7,7 @@
 use std::io::{Read, Seek};
 use std::path::Path;
 
-use wasmparser::{Parser, Payload};
+use wasmparser::{BinaryReader, MemorySectionReader, Parser, Payload, TableSectionReader};
 
 use super::memory::TABLE_ELEMENT_BYTES;
 
@@ -17,24 +17,31 @@ use super::memory::TABLE_ELEMENT_BYTES;
 pub fn declared_instance_bytes(wasm: &[u8]) -> Option<u64> {
     let mut bytes = 0u64;
     for payload in Parser::new(0).parse_all(wasm) {
-        match payload.ok()? {
-            Payload::MemorySection(memories) => {
-                for memory in memories {
-                    let memory = memory.ok()?;
-                    let page = 1u64 << memory.page_size_log2.unwrap_or(16);
-                    bytes = bytes.saturating_add(memory.initial.saturating_mul(page));
-                }
-            }
-            Payload::TableSection(tables) => {
-                for table in tables {
-                    let initial = table.ok()?.ty.initial;
-                    bytes = bytes.saturating_add(initial.saturating_mul(TABLE_ELEMENT_BYTES as u64));
-                }
-            }
-            _ => {}
-        }
+        let declared = match payload.ok()? {
+            Payload::MemorySection(memories) => memories_bytes(memories)?,
+            Payload::TableSection(tables) => tables_bytes(tables)?,
+            _ => 0,
+        };
+        bytes = bytes.saturating_add(declared);
     }
     Some(bytes)
+}
+
+/// What a memory section's memories hold at instantiation.
+fn memories_bytes(memories: MemorySectionReader<'_>) -> Option<u64> {
+    memories.into_iter().try_fold(0u64, |bytes, memory| {
+        let memory = memory.ok()?;
+        let page = 1u64 << memory.page_size_log2.unwrap_or(16);
+        Some(bytes.saturating_add(memory.initial.saturating_mul(page)))
+    })
+}
+
+/// What a table section's tables hold at instantiation.
+fn tables_bytes(tables: TableSectionReader<'_>) -> Option<u64> {
+    tables.into_iter().try_fold(0u64, |bytes, table| {
+        let initial = table.ok()?.ty.initial;
+        Some(bytes.saturating_add(initial.saturating_mul(TABLE_ELEMENT_BYTES as u64)))
+    })
 }
 
 /// [`declared_instance_bytes`] of the plugin in `file`, reading only its section headers
@@ -68,7 +75,8 @@ impl<R: Read + Seek> Sections<R> {
         if depth > MOST_NESTED {
             return None;
         }
-        let header: [u8; 8] = self.read(8)?.try_into().ok()?;
+        let mut header = [0u8; 8];
+        self.read_into(&mut header)?;
         let component = match header {
             [0, b'a', b's', b'm', 1, 0, 0, 0] => false,
             [0, b'a', b's', b'm', _, _, 1, 0] => true,
@@ -76,7 +84,7 @@ impl<R: Read + Seek> Sections<R> {
         };
         let mut bytes = 0u64;
         while self.at < end {
-            let id = self.read(1)?[0];
+            let id = self.byte()?;
             let size = u64::from(self.leb_u32()?);
             let next = self.at.checked_add(size).filter(|next| *next <= end)?;
             match (component, id) {
@@ -85,11 +93,15 @@ impl<R: Read + Seek> Sections<R> {
                     bytes = bytes.saturating_add(self.declared(next, depth + 1)?);
                 }
                 (false, TABLE_SECTION | MEMORY_SECTION) => {
-                    let mut module = CORE_MODULE_HEADER.to_vec();
-                    module.push(id);
-                    leb_u32(size as u32, &mut module);
-                    module.extend(self.read(size as usize)?);
-                    bytes = bytes.saturating_add(declared_instance_bytes(&module)?);
+                    let mut section = vec![0; usize::try_from(size).ok()?];
+                    self.read_into(&mut section)?;
+                    let reader = BinaryReader::new(&section, 0);
+                    let declared = if id == MEMORY_SECTION {
+                        memories_bytes(MemorySectionReader::new(reader).ok()?)
+                    } else {
+                        tables_bytes(TableSectionReader::new(reader).ok()?)
+                    };
+                    bytes = bytes.saturating_add(declared?);
                 }
                 _ => {}
             }
@@ -98,11 +110,16 @@ impl<R: Read + Seek> Sections<R> {
         (self.at == end).then_some(bytes)
     }
 
-    fn read(&mut self, count: usize) -> Option<Vec<u8>> {
-        let mut bytes = vec![0; count];
-        self.reader.read_exact(&mut bytes).ok()?;
-        self.at += count as u64;
-        Some(bytes)
+    fn read_into(&mut self, bytes: &mut [u8]) -> Option<()> {
+        self.reader.read_exact(bytes).ok()?;
+        self.at += bytes.len() as u64;
+        Some(())
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        let mut byte = [0u8];
+        self.read_into(&mut byte)?;
+        Some(byte[0])
     }
 
     fn skip_to(&mut self, offset: u64) -> Option<()> {
@@ -116,7 +133,7 @@ impl<R: Read + Seek> Sections<R> {
     fn leb_u32(&mut self) -> Option<u32> {
         let mut value = 0u32;
         for shift in (0..35).step_by(7) {
-            let byte = self.read(1)?[0];
+            let byte = self.byte()?;
             value |= u32::from(byte & 0x7f).checked_shl(shift)?;
             if byte & 0x80 == 0 {
                 return Some(value);
@@ -126,27 +143,26 @@ impl<R: Read + Seek> Sections<R> {
     }
 }
 
-const CORE_MODULE_HEADER: [u8; 8] = *b"\0asm\x01\0\0\0";
 const TABLE_SECTION: u8 = 4;
 const MEMORY_SECTION: u8 = 5;
 const CORE_MODULE_SECTION: u8 = 1;
 const COMPONENT_SECTION: u8 = 4;
 
-fn leb_u32(mut value: u32, into: &mut Vec<u8>) {
-    loop {
-        let byte = (value & 0x7f) as u8;
-        value >>= 7;
-        if value == 0 {
-            into.push(byte);
-            return;
-        }
-        into.push(byte | 0x80);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn leb_u32(mut value: u32, into: &mut Vec<u8>) {
+        loop {
+            let byte = (value & 0x7f) as u8;
+            value >>= 7;
+            if value == 0 {
+                into.push(byte);
+                return;
+            }
+            into.push(byte | 0x80);
+        }
+    }
 
     #[test]
     fn a_module_declares_its_memories_and_tables_initial_sizes() {

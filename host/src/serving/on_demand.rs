@@ -218,12 +218,12 @@ impl Repository {
     /// Whether `bytes` would fit once the evicted models' memory on its way out is given
     /// back: then the load waits for that rather than evicting more.
     fn fits_once_released(&self, bytes: u64, budget: u64) -> bool {
-        self.releases.bytes() > 0
-            && self
-                .resident_bytes()
-                .saturating_add(self.reservations.reserved())
-                .saturating_add(bytes)
-                <= budget
+        self.releases.bytes() > 0 && self.committed_bytes().saturating_add(bytes) <= budget
+    }
+
+    /// What the resident models hold and the loads under way have reserved.
+    fn committed_bytes(&self) -> u64 {
+        self.resident_bytes().saturating_add(self.reservations.reserved())
     }
 
     /// Says a request let go of its model: a load waiting for room may evict it now
@@ -325,7 +325,7 @@ impl Repository {
         let Some(budget) = self.policy.budget_bytes else {
             return;
         };
-        while self.resident_bytes().saturating_add(self.reservations.reserved()) > budget {
+        while self.committed_bytes() > budget {
             if !self.evict_least_recent(FOR_ROOM, None) {
                 break;
             }
@@ -358,8 +358,7 @@ impl Repository {
         };
         loop {
             if self
-                .resident_bytes()
-                .saturating_add(self.reservations.reserved())
+                .committed_bytes()
                 .saturating_add(self.releases.bytes())
                 .saturating_add(bytes)
                 <= budget

@@ -250,8 +250,8 @@ pub struct Repository {
     pub(super) reservations: Reservations,
     /// What evicted models hold until their drop has given it back.
     pub(super) releases: Arc<Releases>,
-    /// First loads of models never measured size them from their files (read whole): a
-    /// few at once, not one blocking thread and one file in memory per model of a storm.
+    /// First loads of models never measured size them from their files (on a blocking
+    /// thread): a few at once, not one thread per model of a storm.
     pub(super) sizing_slots: tokio::sync::Semaphore,
     /// On-demand loads under way, by model: each resolves with its times once the model
     /// is resident or failed; every request for the model waits on the same one.
