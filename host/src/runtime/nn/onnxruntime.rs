@@ -577,14 +577,18 @@ mod tests {
         })
     }
 
-    /// Threads of this process named `name` (a thread another makes takes its name, unless
-    /// it is given one).
-    fn threads_named(name: &str) -> usize {
+    /// The ids of this process's threads named `name` (a thread another makes takes its
+    /// name, unless it is given one). Ids, not a count: a thread an earlier session made may
+    /// still be ending while the next are counted.
+    fn threads_named(name: &str) -> std::collections::BTreeSet<String> {
         std::fs::read_dir("/proc/self/task")
             .unwrap()
-            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-            .filter(|comm| comm.trim_end() == name)
-            .count()
+            .filter_map(|task| {
+                let task = task.ok()?;
+                let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+                (comm.trim_end() == name).then(|| task.file_name().to_string_lossy().into_owned())
+            })
+            .collect()
     }
 
     #[test]
@@ -614,11 +618,11 @@ mod tests {
                     let before = threads_named(&named);
                     let graph = load(threads);
                     graph.run(x(), later(), 64 * MIB).unwrap();
-                    let first = threads_named(&named) - before;
+                    let first = threads_named(&named).difference(&before).count();
                     // Two computes at once: a second session, with its own threads.
                     let one = graph.session(later()).unwrap();
                     let two = graph.session(later()).unwrap();
-                    let other = threads_named(&named) - before;
+                    let other = threads_named(&named).difference(&before).count();
                     graph.give_back(one);
                     graph.give_back(two);
                     let made = lock(&graph.sessions).made;
