@@ -21,9 +21,13 @@ Run through scripts/bench-density.sh (which builds everything); settings in the
 environment: BENCH_EXAMPLE (digits), BENCH_MODELS (10000), BENCH_BUDGET_MIB (512),
 BENCH_CONCURRENCY (32), BENCH_SECONDS (60), BENCH_FIRST (200), BENCH_INSTANCES (the
 example's), BENCH_MIN_RESIDENCY_SECS (5), BENCH_MIN_RESIDENCY_LOADS (4), BENCH_BODIES (tests/data/digits/test_requests.jsonl),
-BENCH_KEEP (a folder to keep the repository and cache in, reused when present).
+BENCH_KEEP (a folder to keep the repository and cache in, reused when present),
+BENCH_OUTPUT (a file the first answers, the storm and the Zipf run with its timeline,
+sampled every BENCH_SAMPLE_SECS (0.5), are appended to as JSON lines, which
+`scripts/plot-performance.py --density FILE` draws), BENCH_LABEL (a few words on the run,
+kept in those lines and the figures' legends).
 """
-import argparse, http.client, json, os, re, subprocess, sys, time
+import argparse, http.client, json, os, re, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import tenants
@@ -50,6 +54,17 @@ bodies = env("BENCH_BODIES", f"{root}/tests/data/digits/test_requests.jsonl")
 keep = env("BENCH_KEEP")
 storm_clients = int(env("BENCH_STORM_CLIENTS", "8"))
 storm_seconds = int(env("BENCH_STORM_SECONDS", "5"))
+output = env("BENCH_OUTPUT")
+sample_every = float(env("BENCH_SAMPLE_SECS", "0.5"))
+
+
+def record(kind, **fields):
+    """A JSON line in BENCH_OUTPUT, when it is set."""
+    if output:
+        with open(output, "a") as rows:
+            labelled = {"label": env("BENCH_LABEL")} if env("BENCH_LABEL") else {}
+            rows.write(json.dumps({"kind": kind, "example": example, "models": models, "budget_mib": budget,
+                                   **labelled, **fields}) + "\n")
 
 
 def status_mib(pid, field):
@@ -139,6 +154,7 @@ print(f"\n| first answer of a model on standby ({first} models, client-side) | m
 for name, q in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)]:
     print(f"| {name} | {percentile(latencies, q):.1f} |")
 print(f"| max | {max(latencies):.1f} |", flush=True)
+record("first", latencies_ms=[round(latency, 3) for latency in latencies])
 
 # 4. A warm model's latency, quiet and then during a storm of cold loads (every model
 # asked for uniformly, so most requests find theirs on standby): the p99 ratio.
@@ -180,19 +196,61 @@ print(f"| p99 against quiet | | {busy['p99_us'] / max(quiet['p99_us'], 1):.2f} "
 print(f"| p99 during the storm / busy (what the loads cost) | | | **{stormy['p99_us'] / max(busy['p99_us'], 1):.2f}** |")
 print(f"| the other clients: requests/s, failed | | {warm_load['rps']:.0f}, {warm_load['errors']} "
       f"| {cold_load['rps']:.0f}, {cold_load['errors']} |", flush=True)
+record("storm", storm_clients=storm_clients, seconds=storm_seconds, quiet=quiet, busy=busy, storm=stormy,
+       storm_traffic=cold_load, busy_traffic=warm_load)
+
+
+def sample(metrics, name, labels=""):
+    pattern = rf"^{re.escape(name)}(\{{[^}}]*{re.escape(labels)}[^}}]*\}})? (\S+)$"
+    return sum(float(m.group(2)) for m in re.finditer(pattern, metrics, flags=re.M))
+
+
+class Timeline(threading.Thread):
+    """Samples the server every `sample_every` seconds on a connection of its own: its RSS,
+    what the resident models hold by measure and how many they are, what loads under way
+    have reserved and evicted models still hold, and the counters of requests, loads and
+    evictions."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.samples, self.done = [], threading.Event()
+
+    def run(self):
+        scraper = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        started = time.monotonic()
+        while not self.done.wait(sample_every):
+            try:
+                scraper.request("GET", "/metrics")
+                metrics = scraper.getresponse().read().decode()
+            except (ConnectionError, http.client.HTTPException, OSError):
+                scraper.close()
+                scraper = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                continue
+            self.samples.append({
+                "t": round(time.monotonic() - started, 3),
+                "rss_mib": round(status_mib(server.pid, "VmRSS"), 1),
+                "held_mib": round(sample(metrics, "tensorplug_resident_memory_bytes") / 2**20, 1),
+                "reserved_mib": round(sample(metrics, "tensorplug_reserved_memory_bytes") / 2**20, 1),
+                "releasing_mib": round(sample(metrics, "tensorplug_releasing_memory_bytes") / 2**20, 1),
+                "resident": sample(metrics, "tensorplug_models", 'state="ready"'),
+                "requests": sample(metrics, "tensorplug_http_requests_total"),
+                "loads": sample(metrics, "tensorplug_residency_loads_total"),
+                "evictions": sample(metrics, "tensorplug_residency_evictions_total"),
+            })
+        scraper.close()
+
 
 # 5. Zipf traffic over every model.
+timeline = Timeline()
+timeline.start()
 run = subprocess.run(
     [args.loadgen, f"http://127.0.0.1:{port}/v2/models/{{model}}/infer", "--models", str(models), "--zipf", "1.0",
      "--body-file", bodies, "-c", str(concurrency), "-d", f"{seconds}s", "-w", "2s", "--json"],
     capture_output=True, text=True, check=True)
+timeline.done.set()
+timeline.join()
 load = json.loads(run.stdout)
 metrics = request("GET", "/metrics")[1].decode()
-
-
-def sample(name, labels=""):
-    pattern = rf"^{re.escape(name)}(\{{[^}}]*{re.escape(labels)}[^}}]*\}})? (\S+)$"
-    return sum(float(m.group(2)) for m in re.finditer(pattern, metrics, flags=re.M))
 
 
 def histogram_quantile(name, labels, q):
@@ -213,16 +271,16 @@ print(f"\n| Zipf s=1.0 over {models} models, c={concurrency}, {seconds} s, budge
 print(f"| requests/s | {load['rps']:.0f} |")
 print(f"| p50 / p99 | {load['p50_us'] / 1000:.2f} / {load['p99_us'] / 1000:.2f} ms |")
 print(f"| failed | {load['errors']} of {load['requests'] + load['errors']} |")
-loads = sample("tensorplug_residency_loads_total", 'trigger="request"')
-for_room = sample("tensorplug_residency_evictions_total", 'cause="budget"')
-idle = sample("tensorplug_residency_evictions_total", 'cause="idle"')
-waits = sample("tensorplug_residency_budget_waits_total")
-refused = sample("tensorplug_residency_unavailable_total")
-cold = sample("tensorplug_cold_start_seconds_count", 'phase="total"')
+loads = sample(metrics, "tensorplug_residency_loads_total", 'trigger="request"')
+for_room = sample(metrics, "tensorplug_residency_evictions_total", 'cause="budget"')
+idle = sample(metrics, "tensorplug_residency_evictions_total", 'cause="idle"')
+waits = sample(metrics, "tensorplug_residency_budget_waits_total")
+refused = sample(metrics, "tensorplug_residency_unavailable_total")
+cold = sample(metrics, "tensorplug_cold_start_seconds_count", 'phase="total"')
 cold_p50 = histogram_quantile("tensorplug_cold_start_seconds", 'phase="total"', 0.5) * 1000
 cold_p99 = histogram_quantile("tensorplug_cold_start_seconds", 'phase="total"', 0.99) * 1000
-resident = sample("tensorplug_models", 'state="ready"')
-held = sample("tensorplug_resident_memory_bytes") / 2**20
+resident = sample(metrics, "tensorplug_models", 'state="ready"')
+held = sample(metrics, "tensorplug_resident_memory_bytes") / 2**20
 print(f"| loads on a request | {loads:.0f} |")
 print(f"| evictions for room / idle | {for_room:.0f} / {idle:.0f} |")
 print(f"| loads that waited for room; requests refused (503) | {waits:.0f}; {refused:.0f} |")
@@ -241,4 +299,7 @@ print(f"| RSS peak / now | {peak:.0f} / {rss:.0f} MiB |")
 print(f"| /metrics scrape | {len(metrics) / 1024:.0f} KiB |")
 if load.get("first_error"):
     print(f"first error: {load['first_error']}")
+record("zipf", concurrency=concurrency, seconds=seconds, rps=load["rps"], failed=load["errors"],
+       p50_us=load["p50_us"], p99_us=load["p99_us"], loads=loads, evictions=for_room + idle, rss_peak_mib=peak,
+       cold_p50_ms=cold_p50, cold_p99_ms=cold_p99, every_s=sample_every, samples=timeline.samples)
 stop()

@@ -9,6 +9,11 @@
                      embeddings.svg (sentences/s) and embeddings-p99.svg against the load's
                      concurrency, one line per served system; the in-process baselines
                      (batches of 32, no server) as flat lines at their rate.
+  --density FILE     the JSON lines scripts/bench-density.sh appends to (BENCH_OUTPUT=FILE):
+                     density-memory.svg (RSS and the resident models' measured memory
+                     against the budget over a Zipf run), density-churn.svg (requests,
+                     loads and evictions per second in it), density-first-answers.svg
+                     (first answers of models on standby by percentile, per repository).
   --criterion DIR    criterion's folder (target/criterion): forward-<group>.svg for every
                      group whose name matches --groups, bars per parameter (batch size)
                      and function (backend) with their 95 % confidence interval, and
@@ -328,7 +333,7 @@ class LegendEntry:
     label: str
     colour: str
     dash: str = ""
-    marker: str | None = None  # None: a filled swatch (bars)
+    marker: str | None = None  # None: a filled swatch (bars); "": a line without a marker
 
 
 LEFT, RIGHT = 78.0, 24.0
@@ -353,7 +358,8 @@ def legend(canvas: Canvas, entries: list[LegendEntry], top: float) -> float:
             canvas.element("rect", x=x + 6, y=y - 6, width=16.0, height=12.0, fill=entry.colour)
         else:
             canvas.line(x, y, x + 28, y, entry.colour, 2, entry.dash)
-            canvas.marker(entry.marker, x + 14, y, entry.colour)
+            if entry.marker:
+                canvas.marker(entry.marker, x + 14, y, entry.colour)
         canvas.text(x + 34, y + 4, entry.label, size=12)
         x += width
     return y + 16
@@ -462,6 +468,52 @@ def concurrency_chart(
 def rounds_text(series: dict[tuple[str, str], list[FloorPoint]]) -> str:
     counts = sorted({point.rounds for points in series.values() for point in points})
     return f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+
+
+@dataclass(frozen=True)
+class Line:
+    """A series of (x, y) points drawn as a line without markers."""
+
+    label: str
+    colour: str
+    points: list[tuple[float, float]]
+    dash: str = ""
+
+
+def line_chart(
+    title: str, subtitle: str, lines: list[Line], x_label: str, y_label: str, log_y: bool = False, width: float = 760
+) -> Canvas:
+    """Lines over a linear x axis from 0 (time, a percentile), y linear from 0 or log."""
+    canvas = Canvas(width)
+    top = heading(canvas, title, subtitle)
+    top = legend(canvas, [LegendEntry(line.label, line.colour, line.dash, "") for line in lines], top) + 8
+    left, right, bottom = LEFT, width - RIGHT, top + PLOT_HEIGHT
+    xs = [x for line in lines for x, _ in line.points]
+    ys = [y for line in lines for _, y in line.points]
+    if not xs:
+        raise SystemExit(f"{title}: nothing to draw")
+    x_ticks = linear_ticks(max(max(xs), 1e-9))
+    x = Scale(0, x_ticks[-1], left, right)
+    if log_y:
+        low, high = nice_log_bounds(min((v for v in ys if v > 0), default=0.01), max(max(ys), 0.02))
+        y_ticks = log_ticks(low, high)
+        y = Scale(low, high, bottom, top, log=True)
+    else:
+        y_ticks = linear_ticks(max(max(ys), 1e-9) * 1.02)
+        y = Scale(0, y_ticks[-1], bottom, top)
+    y_axis(canvas, y, y_ticks, y_label, left, right, plain)
+    for tick in x_ticks:
+        canvas.line(x(tick), top, x(tick), bottom, GRID)
+        canvas.text(x(tick), bottom + 18, plain(tick), size=11, anchor="middle", fill=MUTED)
+    frame(canvas, left, top, right, bottom)
+    canvas.text((left + right) / 2, bottom + 40, x_label, size=12, anchor="middle")
+    for line in lines:
+        path = " ".join(f"{number(x(px))},{number(y(py))}" for px, py in line.points)
+        canvas.element(
+            "polyline", points=path, fill="none", stroke=line.colour, stroke_width=2.0, stroke_dasharray=line.dash
+        )
+    canvas.height = bottom + 48
+    return canvas
 
 
 # file, title, what a point is, the y axis, a point's value with its spread, log y.
@@ -649,12 +701,118 @@ def forward_figures(root: Path, pattern: str, estimate: str, out: Path, machine:
             stale.unlink()
 
 
+def read_density(path: Path) -> list[dict]:
+    """scripts/bench-density.py's BENCH_OUTPUT rows: kind "first" (first answers of models on
+    standby), "storm" and "zipf" (with its timeline of samples)."""
+    rows = []
+    for number_, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise SystemExit(f"{path}:{number_}: not JSON: {error}")
+        missing = [key for key in ("kind", "example", "models") if key not in row]
+        if missing:
+            raise SystemExit(f"{path}:{number_}: no {', '.join(missing)}")
+        rows.append(row)
+    if not rows:
+        raise SystemExit(f"{path}: no runs")
+    return rows
+
+
+def repository_name(row: dict) -> str:
+    """"10,000 digits models", with the run's label (BENCH_LABEL) if it has one."""
+    name = f"{row['models']:,} {row['example']} models"
+    return f"{name}, {row['label']}" if row.get("label") else name
+
+
+def per_second(samples: list[dict], key: str) -> list[tuple[float, float]]:
+    """A counter's rate between consecutive samples, at the later one's time."""
+    return [
+        (later["t"], (later[key] - earlier[key]) / (later["t"] - earlier["t"]))
+        for earlier, later in zip(samples, samples[1:])
+        if later["t"] > earlier["t"]
+    ]
+
+
+def memory_chart(run: dict) -> Canvas:
+    samples = run["samples"]
+    lines = [
+        Line("RSS of the server", PALETTE[3], [(s["t"], s["rss_mib"]) for s in samples]),
+        Line("held by the resident models, measured", PALETTE[0], [(s["t"], s["held_mib"]) for s in samples]),
+    ]
+    if all("reserved_mib" in s and "releasing_mib" in s for s in samples):
+        counted = [(s["t"], s["held_mib"] + s["reserved_mib"] + s["releasing_mib"]) for s in samples]
+        lines.append(Line("counted against the budget (+ reserved by loads, + evicted not yet freed)", PALETTE[2], counted, "3 2"))
+    budget = [(0, run["budget_mib"]), (samples[-1]["t"], run["budget_mib"])]
+    lines.append(Line(f"the budget ({run['budget_mib']:,} MiB)", INK, budget, "6 4"))
+    resident = [s["resident"] for s in samples]
+    subtitle = (
+        f"Zipf (s = 1.0) over every model at c = {run['concurrency']}, on demand under --memory-budget-mib "
+        f"{run['budget_mib']}: {run['rps']:,.0f} requests/s, {run['failed']} failed; {min(resident):,.0f}–"
+        f"{max(resident):,.0f} models resident. Sampled from /metrics and /proc every {run['every_s']:g} s."
+    )
+    return line_chart(f"{repository_name(run)}: memory against the budget", subtitle, lines, "seconds", "MiB")
+
+
+def churn_chart(run: dict) -> Canvas:
+    samples = run["samples"]
+    lines = [
+        Line("requests answered", PALETTE[0], per_second(samples, "requests")),
+        Line("loads (a request found its model on standby)", PALETTE[1], per_second(samples, "loads")),
+        Line("evictions", PALETTE[2], per_second(samples, "evictions"), "4 3"),
+    ]
+    subtitle = (
+        f"The same run: what Zipf traffic over {run['models']:,} models at c = {run['concurrency']} asks of the "
+        f"loads and the budget, each a rate between samples (log scale)."
+    )
+    return line_chart(f"{repository_name(run)}: requests, loads and evictions", subtitle, lines, "seconds", "per second (log scale)", log_y=True)
+
+
+def first_answers_chart(runs: list[dict]) -> Canvas:
+    lines = []
+    for index, run in enumerate(runs):
+        latencies = sorted(run["latencies_ms"])
+        count = len(latencies)
+        points = [(100 * (i + 1) / count, value) for i, value in enumerate(latencies)]
+        lines.append(Line(f"{repository_name(run)} ({count} asked once each)", PALETTE[index % len(PALETTE)], points))
+    subtitle = (
+        "Models on standby, cache filled by tensorplug compile, asked once each one after the other: arrival to "
+        "answer at the client, one keep-alive connection; the load, the first instance and the answer."
+    )
+    return line_chart(
+        "First answer of a model on standby", subtitle, lines, "percentile of the first answers", "ms (log scale)", log_y=True
+    )
+
+
+def density_figures(path: Path, out: Path, machine: str, command: str) -> None:
+    rows = read_density(path)
+    lines = [f"Machine: {machine}", f"Data: {command}"]
+    zipf = [row for row in rows if row["kind"] == "zipf" and len(row.get("samples", [])) >= 2]
+    first = [row for row in rows if row["kind"] == "first" and row.get("latencies_ms")]
+    if not zipf and not first:
+        raise SystemExit(f"{path}: no zipf run with samples and no first answers")
+    for name, chart, title in (("density-memory.svg", memory_chart, "memory"), ("density-churn.svg", churn_chart, "churn")):
+        if zipf:
+            combined = Canvas(760)
+            for run in zipf:
+                part = chart(run)
+                combined.embed(part, combined.height)
+                combined.height += part.height
+            write(out / name, combined, f"Many models: {title}", lines)
+    if first:
+        write(out / "density-first-answers.svg", first_answers_chart(first), "First answers", lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     arg = parser.add_argument
     arg("--floor", type=Path, help="scripts/bench-floor.sh's BENCH_OUTPUT file (JSON lines)")
     arg("--embeddings", type=Path, help="scripts/bench-embeddings.sh's BENCH_OUTPUT file (JSON lines)")
     arg("--embeddings-command", default="scripts/bench-embeddings.sh with BENCH_OUTPUT", help="how the --embeddings data was made")
+    arg("--density", type=Path, help="scripts/bench-density.py's BENCH_OUTPUT file (JSON lines)")
+    arg("--density-command", default="scripts/bench-density.sh with BENCH_OUTPUT", help="how the --density data was made")
     arg("--criterion", type=Path, help="criterion's folder, e.g. target/criterion")
     arg("--groups", default="forward", help="regular expression the groups' names must match (default: forward)")
     arg("--estimate", default="mean", choices=["mean", "median", "slope"], help="criterion's estimate (default: mean; slope, where there is none: mean)")
@@ -665,14 +823,16 @@ def main(argv: list[str] | None = None) -> None:
     forward = "cargo bench -p tensorplug --bench forward"
     arg("--criterion-command", default=forward, help="how the criterion data was made")
     args = parser.parse_args(argv)
-    if args.floor is None and args.criterion is None and args.embeddings is None:
-        parser.error("nothing to draw: give --floor, --criterion, --embeddings or several")
+    if args.floor is None and args.criterion is None and args.embeddings is None and args.density is None:
+        parser.error("nothing to draw: give --floor, --criterion, --embeddings, --density or several")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.floor is not None:
         servers = [name for name in (args.servers or "").split(",") if name]
         floor_figures(args.floor, args.out, args.machine, args.floor_command, servers)
     if args.embeddings is not None:
         embeddings_figures(args.embeddings, args.out, args.machine, args.embeddings_command)
+    if args.density is not None:
+        density_figures(args.density, args.out, args.machine, args.density_command)
     if args.criterion is not None:
         forward_figures(args.criterion, args.groups, args.estimate, args.out, args.machine, args.criterion_command)
 

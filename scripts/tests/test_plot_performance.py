@@ -216,6 +216,63 @@ class ForwardFigures(unittest.TestCase):
             self.draw("--groups", "resnet")
 
 
+def density_rows():
+    samples = [
+        {"t": 0.5 * i, "rss_mib": 100 + i, "held_mib": 90 + i, "reserved_mib": 10, "releasing_mib": 1.5 * i,
+         "resident": 40 + i, "requests": 1000 * i,
+         "loads": 300 * i, "evictions": 290 * i}
+        for i in range(5)
+    ]
+    common = {"example": "digits", "models": 10000, "budget_mib": 512}
+    return [
+        {"kind": "first", "latencies_ms": [2.5, 1.5, 18.0, 2.0], **common},
+        {"kind": "storm", "quiet": {"p99_us": 220}, **common},
+        {"kind": "zipf", "concurrency": 32, "rps": 2000.0, "failed": 0, "every_s": 0.5, "samples": samples, **common},
+        {"kind": "first", "latencies_ms": [9.4, 10.8], "label": "warm", **{**common, "example": "digits-python", "models": 100}},
+    ]
+
+
+class DensityFigures(unittest.TestCase):
+    def setUp(self):
+        self.folder = Path(tempfile.mkdtemp())
+        self.jsonl = self.folder / "density.jsonl"
+        self.jsonl.write_text("".join(json.dumps(row) + "\n" for row in density_rows()))
+
+    def draw(self):
+        with redirect_stdout(io.StringIO()):
+            plot.main(["--density", str(self.jsonl), "--out", str(self.folder / "out"), "--machine", "test box"])
+
+    def test_counters_become_rates_between_samples(self):
+        samples = density_rows()[2]["samples"]
+        self.assertEqual(plot.per_second(samples, "loads"), [(0.5, 600.0), (1.0, 600.0), (1.5, 600.0), (2.0, 600.0)])
+
+    def test_memory_against_the_budget_rates_and_first_answers_by_percentile(self):
+        self.draw()
+        memory = parse(self.folder / "out" / "density-memory.svg")
+        lines = memory.findall(f".//{SVG}polyline")
+        self.assertEqual([len(line.get("points").split()) for line in lines], [5, 5, 5, 2])
+        words = texts(memory)
+        for label in ("RSS of the server", "held by the resident models, measured", "the budget (512 MiB)", "MiB", "seconds"):
+            self.assertIn(label, words)
+        self.assertIn("10,000 digits models: memory against the budget", words)
+        churn = parse(self.folder / "out" / "density-churn.svg")
+        self.assertEqual([len(line.get("points").split()) for line in churn.findall(f".//{SVG}polyline")], [4, 4, 4])
+        first = parse(self.folder / "out" / "density-first-answers.svg")
+        self.assertEqual([len(line.get("points").split()) for line in first.findall(f".//{SVG}polyline")], [4, 2])
+        words = texts(first)
+        self.assertIn("10,000 digits models (4 asked once each)", words)
+        self.assertIn("100 digits-python models, warm (2 asked once each)", words)
+        self.assertIn("Machine: test box", words)
+
+    def test_a_file_with_nothing_to_draw_is_named(self):
+        self.jsonl.write_text(json.dumps({"kind": "storm", "example": "digits", "models": 1}) + "\n")
+        with self.assertRaisesRegex(SystemExit, "no zipf run with samples and no first answers"):
+            self.draw()
+        self.jsonl.write_text('{"kind": "first"}\n')
+        with self.assertRaisesRegex(SystemExit, "density.jsonl:1: no example, models"):
+            self.draw()
+
+
 class Scales(unittest.TestCase):
     def test_ticks(self):
         self.assertEqual(plot.linear_ticks(38000), [0, 10000, 20000, 30000, 40000])

@@ -42,10 +42,10 @@ fn exported(name: &str, families: &HashMap<String, String>) -> bool {
         || suffixed("_sum", &["histogram"])
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_and_the_alerts_name_only_exported_metrics() {
-    let repository = repository_of(&common::examples().join("digits"));
-    let server = TestServer::start(repository.path()).await;
+/// The metric families (name → kind) of a server of the digits model started with
+/// `config`, once it has answered a request.
+async fn families_of(config: tensorplug::app::config::ServeConfig) -> HashMap<String, String> {
+    let server = TestServer::start_with(config).await;
     let line = std::fs::read_to_string(common::root().join("tests/data/digits/test_requests.jsonl")).unwrap();
     let (status, _) = server
         .post_raw(
@@ -64,12 +64,24 @@ async fn the_dashboard_and_the_alerts_name_only_exported_metrics() {
         .text()
         .await
         .unwrap();
-    let families: HashMap<String, String> = page
-        .lines()
+    server.stop().await;
+    page.lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.split_once(' '))
         .map(|(name, kind)| (name.to_string(), kind.trim().to_string()))
-        .collect();
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_and_the_alerts_name_only_exported_metrics() {
+    let repository = repository_of(&common::examples().join("digits"));
+    // Every model resident (the per-model load counters), and on demand under a budget,
+    // the model loaded by its first request (the budget's and the cold starts' families).
+    let mut families = families_of(common::serve_config(repository.path())).await;
+    let mut config = common::serve_config(repository.path());
+    config.residency = tensorplug::app::config::ResidencyMode::OnDemand;
+    config.memory_budget_mib = Some(256);
+    families.extend(families_of(config).await);
     assert!(families.len() > 20, "{families:?}");
 
     let dashboard: serde_json::Value = serde_json::from_str(
@@ -98,5 +110,4 @@ async fn the_dashboard_and_the_alerts_name_only_exported_metrics() {
         }
     }
     assert!(named >= 20, "only {named} metric names found");
-    server.stop().await;
 }

@@ -987,7 +987,11 @@ async fn instance_threads_start_only_when_batches_need_them_and_never_past_the_i
         "max_batch_size = 1",
         "instances = 3\ntimeout_ms = 400",
     );
-    let server = common::process::ServerProcess::spawn(repository.path(), &["--residency", "on-demand"]).await;
+    let server = common::process::ServerProcess::spawn(
+        repository.path(),
+        &["--residency", "on-demand", "--memory-budget-mib", "256"],
+    )
+    .await;
     let client = reqwest::Client::new();
     let infer = server.url("/v2/models/lazy/infer");
 
@@ -1053,7 +1057,11 @@ async fn a_warm_model_answers_at_once_while_every_load_slot_is_held_by_slow_cold
             &format!("[parameters]\nsleep_init_ms = {INIT_MS}"),
         );
     }
-    let server = common::process::ServerProcess::spawn(repository.path(), &["--residency", "on-demand"]).await;
+    let server = common::process::ServerProcess::spawn(
+        repository.path(),
+        &["--residency", "on-demand", "--memory-budget-mib", "256"],
+    )
+    .await;
     let client = reqwest::Client::new();
     let post = |model: &str, value: f32| {
         client
@@ -1081,16 +1089,43 @@ async fn a_warm_model_answers_at_once_while_every_load_slot_is_held_by_slow_cold
         slowest < Duration::from_millis(INIT_MS / 2),
         "the warm model's slowest answer took {slowest:?} during the storm"
     );
-    // ... and the loads were still under way, waiting for their turn or sleeping in init.
+    let scrape = || async {
+        let text = client
+            .get(server.url("/metrics"))
+            .send()
+            .await
+            .expect("a scrape")
+            .text()
+            .await
+            .expect("its text");
+        common::metrics::Metrics::parse(text)
+    };
+    // Only the loads that have their turn (one per core, up to four) have begun and hold
+    // room in the budget, which shows beside what is resident; the others wait for their
+    // turn, reserving nothing (they once all reserved while queued, keeping a third of a
+    // budget empty under load), and the index says so.
     let index = server.index().await;
-    let loading = index
-        .as_array()
-        .expect("index rows")
+    let waiting_for = |row: &&Value| row["state"] == "LOADING" && row["reason"] == "waiting for its turn to load";
+    let rows = index.as_array().expect("index rows");
+    let queued = rows.iter().filter(waiting_for).count();
+    let begun = rows
         .iter()
-        .filter(|row| row["state"] == "LOADING")
+        .filter(|row| row["state"] == "LOADING" && row.get("reason").is_none())
         .count();
-    assert!(loading > 0, "{index}");
+    let turns = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4));
+    assert!(
+        begun > 0 && begun <= turns,
+        "{begun} loads begun, {turns} turns: {index}"
+    );
+    assert!(queued > 0, "{index}");
+    // `/metrics` counts them as the index does (once, every one on standby).
+    let page = scrape().await;
+    assert!(page.value("tensorplug_models", &[("state", "loading")]) > 0.0);
+    assert!(page.value("tensorplug_reserved_memory_bytes", &[]) > 0.0);
     for answer in common::join_all(storm).await {
         assert_eq!(answer.expect("an answer").status(), 200);
     }
+    let page = scrape().await;
+    assert_eq!(page.value("tensorplug_reserved_memory_bytes", &[]), 0.0);
+    assert_eq!(page.value("tensorplug_releasing_memory_bytes", &[]), 0.0);
 }

@@ -117,14 +117,18 @@ pub struct IndexRow {
 /// Every model the server knows, and every model folder it has not been asked to load
 /// (explicit mode), sorted by name.
 pub fn index(repository: &Repository) -> Vec<IndexRow> {
+    let loads = repository.loads_on_demand();
     let mut rows: Vec<IndexRow> = repository
         .index()
         .into_iter()
         .map(|(name, entry)| {
             let model = entry.status.model();
-            let state = match entry.status.state() {
-                ModelState::Standby if repository.is_loading_on_demand(&name) => ModelState::Loading,
-                state => state,
+            // A model on standby that a request is loading shows as loading, with what its
+            // load waits for if it has not begun.
+            let load = loads.get(&name).filter(|load| load.under_way());
+            let (state, waiting_for) = match (entry.status.state(), load) {
+                (ModelState::Standby, Some(load)) => (ModelState::Loading, load.waiting_for()),
+                (state, _) => (state, None),
             };
             let version = match &entry.status {
                 ModelStatus::Standby(standby) => Some(standby.config.version.clone()),
@@ -133,7 +137,7 @@ pub fn index(repository: &Repository) -> Vec<IndexRow> {
             IndexRow {
                 state,
                 version,
-                reason: entry.status.reason().map(str::to_owned),
+                reason: entry.status.reason().or(waiting_for).map(str::to_owned),
                 memory_bytes: model.map(|m| m.held_bytes()),
                 idle_ms: model.map(|m| u64::try_from(m.last_used.ago().as_millis()).unwrap_or(u64::MAX)),
                 instances: model.map(|m| m.instances()),

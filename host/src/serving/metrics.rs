@@ -348,9 +348,13 @@ impl Collector for ModelsCollector {
             .into_iter()
             .map(|state| (state, 0))
             .collect();
-        for (_, entry) in &index {
+        // As the repository index says: a model on standby that a request is loading is
+        // loading.
+        let loads = self.repository.loads_on_demand();
+        for (name, entry) in &index {
             let state = match entry.status.state() {
                 ModelState::Ready => "ready",
+                ModelState::Standby if loads.get(name).is_some_and(|load| load.under_way()) => "loading",
                 ModelState::Standby => "standby",
                 ModelState::Loading => "loading",
                 ModelState::Unavailable => "unavailable",
@@ -369,6 +373,24 @@ impl Collector for ModelsCollector {
         )?;
         let resident: u64 = models.iter().map(|(_, model)| model.held_bytes()).sum();
         ConstGauge::new(i64::try_from(resident).unwrap_or(i64::MAX)).encode(metric)?;
+        // Beside what is resident, what else the budget counts: why a budget can be full
+        // while the resident models hold less.
+        let metric = encoder.encode_descriptor(
+            "tensorplug_reserved_memory_bytes",
+            "What loads under way have reserved against the budget until their models are measured",
+            None,
+            MetricType::Gauge,
+        )?;
+        let reserved = self.repository.reservations.reserved();
+        ConstGauge::new(i64::try_from(reserved).unwrap_or(i64::MAX)).encode(metric)?;
+        let metric = encoder.encode_descriptor(
+            "tensorplug_releasing_memory_bytes",
+            "What evicted models still hold until a loader thread has dropped them",
+            None,
+            MetricType::Gauge,
+        )?;
+        let releasing = self.repository.releases.bytes();
+        ConstGauge::new(i64::try_from(releasing).unwrap_or(i64::MAX)).encode(metric)?;
         if let Some(budget) = self.repository.policy().budget_bytes {
             let metric = encoder.encode_descriptor(
                 "tensorplug_memory_budget_bytes",

@@ -134,8 +134,15 @@ impl Repository {
             return None;
         };
         let dir = self.root().join(name);
+        // Room is made once the load has its turn: loads queued behind the few that run
+        // reserving room meanwhile kept a third of a budget empty (16 clients of Python
+        // models, each queued load reserving what its model holds).
+        let slot;
         let reservation = match self.policy.budget_bytes {
-            None => None,
+            None => {
+                slot = self.load_slot().await;
+                None
+            }
             Some(budget) => {
                 let expected = {
                     let _sizing = self.sizing_slots.acquire().await;
@@ -158,13 +165,14 @@ impl Repository {
                     });
                     return None;
                 }
+                slot = self.load_slot().await;
                 Some(self.make_room(name, expected, budget, progress).await?)
             }
         };
         progress.send_replace(LoadProgress::Loading);
         let started = Instant::now();
         // A failure is logged and kept in the entry (until the folder changes).
-        let _ = self.load_locked(name, dir, REQUEST).await;
+        let _ = self.load_locked_in(name, dir, REQUEST, slot).await;
         let finished = Instant::now();
         drop(reservation);
         self.enforce_budget();

@@ -23,6 +23,7 @@ use prometheus_client::metrics::family::Family;
 
 use super::model::{Histogramming, Model, StartError};
 use super::pool::Growth;
+use super::residency::LoadProgress;
 use super::residency::{
     LoadLabels as ResidencyLoadLabels, LoadTrigger, OnDemandLoad, Releases, Reservations, ResidencyMetrics,
     ResidencyPolicy, Standby, API, RELOAD, UNLOADED,
@@ -217,6 +218,10 @@ pub struct LoadLabels {
     /// `ready` or `failed`.
     pub outcome: &'static str,
 }
+
+/// A turn among the loads that run at once (an error only once the slots are closed,
+/// which they never are).
+pub(super) type LoadSlot = Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>;
 
 /// Every model the server knows, by name.
 pub struct Repository {
@@ -414,6 +419,23 @@ impl Repository {
         dir: PathBuf,
         trigger: LoadTrigger,
     ) -> Result<(), RepositoryError> {
+        let slot = self.load_slot().await;
+        self.load_locked_in(name, dir, trigger, slot).await
+    }
+
+    /// One of the loads that may run at once, waited for.
+    pub(super) async fn load_slot(&self) -> LoadSlot {
+        self.load_slots.clone().acquire_owned().await
+    }
+
+    /// [`Self::load_locked`] in a load slot the caller holds already.
+    pub(super) async fn load_locked_in(
+        &self,
+        name: &str,
+        dir: PathBuf,
+        trigger: LoadTrigger,
+        slot: LoadSlot,
+    ) -> Result<(), RepositoryError> {
         self.update(name, |entry| match entry {
             // A live version keeps serving, and keeps its state, while the next one loads;
             // a model on standby stays servable (its requests wait for this load).
@@ -423,7 +445,6 @@ impl Repository {
         let runtime = self.runtime.clone();
         let started = Instant::now();
         let kind = if self.get(name).is_some() { "reload" } else { "load" };
-        let slot = self.load_slots.clone().acquire_owned().await;
         let policy = self.policy;
         // Compiling and running plugins' init blocks: off the async workers, on a loader
         // thread (below the serving threads' priority). The slot is given back when the
@@ -830,9 +851,12 @@ impl Repository {
             .collect()
     }
 
-    /// Whether an on-demand load of `name` is under way.
-    pub fn is_loading_on_demand(&self, name: &str) -> bool {
-        crate::sync::lock(&self.on_demand).contains_key(name)
+    /// The on-demand loads under way, by model, and where each stands.
+    pub fn loads_on_demand(&self) -> std::collections::HashMap<String, LoadProgress> {
+        crate::sync::lock(&self.on_demand)
+            .iter()
+            .map(|(name, load)| (name.clone(), *load.borrow()))
+            .collect()
     }
 
     /// Whether the server is ready: not draining, and every model it should serve has a

@@ -192,6 +192,22 @@ pub enum LoadProgress {
     Done(Option<LoadTimes>),
 }
 
+impl LoadProgress {
+    /// Whether the load has yet to end.
+    pub fn under_way(self) -> bool {
+        !matches!(self, LoadProgress::Done(_))
+    }
+
+    /// What a load that has not begun waits for, as the repository index says it.
+    pub fn waiting_for(self) -> Option<&'static str> {
+        match self {
+            LoadProgress::Queued => Some("waiting for its turn to load"),
+            LoadProgress::WaitingForRoom => Some("waiting for room in the memory budget"),
+            LoadProgress::Loading | LoadProgress::Done(_) => None,
+        }
+    }
+}
+
 /// A load under way, as its waiters follow it.
 pub type OnDemandLoad = tokio::sync::watch::Receiver<LoadProgress>;
 
@@ -352,9 +368,15 @@ pub struct ResidencyMetrics {
 
 impl Default for ResidencyMetrics {
     fn default() -> Self {
+        // Every cause from zero: a series that appears only with its first eviction is
+        // missed by a rate over it, and by an alert.
+        let evictions = Family::default();
+        for cause in [FOR_ROOM, IDLE, UNLOADED] {
+            evictions.get_or_create(&cause);
+        }
         Self {
             loads: Family::default(),
-            evictions: Family::default(),
+            evictions,
             budget_waits: Counter::default(),
             unavailable: Counter::default(),
             cold_starts: Family::new_with_constructor(|| Histogram::new(COLD_START_BUCKETS)),
