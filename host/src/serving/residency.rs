@@ -372,7 +372,7 @@ impl Default for ResidencyMetrics {
         // missed by a rate over it, and by an alert.
         let evictions = Family::default();
         for cause in [FOR_ROOM, IDLE, UNLOADED] {
-            evictions.get_or_create(&cause);
+            let _ = evictions.get_or_create(&cause);
         }
         Self {
             loads: Family::default(),
