@@ -492,8 +492,10 @@ def line_chart(
     ys = [y for line in lines for _, y in line.points]
     if not xs:
         raise SystemExit(f"{title}: nothing to draw")
-    x_ticks = linear_ticks(max(max(xs), 1e-9))
-    x = Scale(0, x_ticks[-1], left, right)
+    # The axis ends with the data (a run of 62 s is not drawn to 80).
+    x_high = max(max(xs), 1e-9)
+    x_ticks = [tick for tick in linear_ticks(x_high, 4) if tick <= x_high * (1 + 1e-9)]
+    x = Scale(0, x_high, left, right)
     if log_y:
         low, high = nice_log_bounds(min((v for v in ys if v > 0), default=0.01), max(max(ys), 0.02))
         y_ticks = log_ticks(low, high)
@@ -776,7 +778,7 @@ def first_answers_chart(runs: list[dict]) -> Canvas:
         latencies = sorted(run["latencies_ms"])
         count = len(latencies)
         points = [(100 * (i + 1) / count, value) for i, value in enumerate(latencies)]
-        lines.append(Line(f"{repository_name(run)} ({count} asked once each)", PALETTE[index % len(PALETTE)], points))
+        lines.append(Line(f"{repository_name(run)} ({count} asked)", PALETTE[index % len(PALETTE)], points))
     subtitle = (
         "Models on standby, cache filled by tensorplug compile, asked once each one after the other: arrival to "
         "answer at the client, one keep-alive connection; the load, the first instance and the answer."

@@ -260,8 +260,8 @@ class DensityFigures(unittest.TestCase):
         first = parse(self.folder / "out" / "density-first-answers.svg")
         self.assertEqual([len(line.get("points").split()) for line in first.findall(f".//{SVG}polyline")], [4, 2])
         words = texts(first)
-        self.assertIn("10,000 digits models (4 asked once each)", words)
-        self.assertIn("100 digits-python models, warm (2 asked once each)", words)
+        self.assertIn("10,000 digits models (4 asked)", words)
+        self.assertIn("100 digits-python models, warm (2 asked)", words)
         self.assertIn("Machine: test box", words)
 
     def test_a_file_with_nothing_to_draw_is_named(self):

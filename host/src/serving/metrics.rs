@@ -53,7 +53,7 @@ pub fn register(registry: &mut Registry, repository: &Arc<Repository>) {
     );
     registry.register(
         "tensorplug_cold_start_seconds",
-        "Requests that found their model on standby: arrival to answer (total), split into waiting (for room or the model's turn), loading and serving",
+        "Requests that found their model on standby: arrival to answer (total), split into waiting (for its turn among the loads, for room, or another change of the model), loading and serving",
         residency.cold_starts.clone(),
     );
     registry.register_collector(Box::new(ModelsCollector {

@@ -342,7 +342,8 @@ pub const UNLOADED: EvictionCause = EvictionCause { cause: "api" };
 /// The part of a cold start (a request that found its model on standby).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ColdPhase {
-    /// `waiting` (for room under the budget, or another load of the model), `loading`
+    /// `waiting` (for its turn among the loads, room under the budget, or another change of
+    /// the model), `loading`
     /// (compile from the cache and init), `serving` (the request once its model was
     /// resident), `total` (arrival to answer).
     pub phase: &'static str,
