@@ -148,7 +148,9 @@ impl Repository {
                     let _sizing = self.sizing_slots.acquire().await;
                     let standby = standby.clone();
                     let starting = self.policy.instance_floor(&standby.config.limits);
-                    tokio::task::spawn_blocking(move || standby.expected_bytes(starting))
+                    // Reading the stage files' headers is part of the load's work: on a
+                    // loader thread, below the threads that serve warm models.
+                    super::loaders::run(move || standby.expected_bytes(starting))
                         .await
                         .unwrap_or(0)
                 };
