@@ -250,6 +250,34 @@ async fn a_broken_model_fails_one_load_answers_every_request_clearly_and_comes_b
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_larger_than_the_whole_budget_fails_once_naming_the_budget_and_never_loads() {
+    let repository = faulty_models(&["big"]);
+    let mut config = on_demand(repository.path());
+    // The faulty model's files declare several MiB of linear memory per instance.
+    config.memory_budget_mib = Some(1);
+    let server = TestServer::start_with(config).await;
+    for _ in 0..20 {
+        let (status, body) = infer(&server, "big", &[1.0]).await;
+        assert_eq!(status, 500, "{body}");
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("more than the whole memory budget of 1 MiB (--memory-budget-mib)"),
+            "{body}"
+        );
+    }
+    let row = rows(&server).await["big"].clone();
+    assert_eq!(row["state"], "UNAVAILABLE", "{row}");
+    let page = scrape(&server).await;
+    assert_eq!(
+        page.value_or_zero("tensorplug_residency_loads_total", &[]),
+        0.0,
+        "sized once, never loaded"
+    );
+    assert_eq!(server.get("/v2/health/ready").await.0, 200, "the node stays ready");
+    server.stop().await;
+}
+
 /// A server on demand over three models of ~17 MiB each once loaded (16 kept by their
 /// init) under a budget of 40 MiB: two fit, not three.
 async fn two_of_three_fit(models: [&str; 3]) -> (tempfile::TempDir, TestServer) {

@@ -17,7 +17,9 @@ use tokio::sync::watch;
 use super::loaders;
 use super::model::Model;
 use super::repository::{standby_of, Entry, ModelStatus, Repository, RepositoryError};
-use super::residency::{EvictionCause, LoadProgress, LoadTimes, OnDemandLoad, Reservation, FOR_ROOM, IDLE, REQUEST};
+use super::residency::{
+    EvictionCause, LoadProgress, LoadTimes, OnDemandLoad, Reservation, Standby, FOR_ROOM, IDLE, REQUEST,
+};
 
 /// How often a load waiting for room looks again (requests finishing free models without
 /// a wake-up).
@@ -134,42 +136,17 @@ impl Repository {
             return None;
         };
         let dir = self.root().join(name);
+        let sized = match self.policy.budget_bytes {
+            None => None,
+            Some(budget) => Some((budget, self.size_within(name, &standby, budget).await?)),
+        };
         // Room is made once the load has its turn: loads queued behind the few that run
         // reserving room meanwhile kept a third of a budget empty (16 clients of Python
         // models, each queued load reserving what its model holds).
-        let slot;
-        let reservation = match self.policy.budget_bytes {
-            None => {
-                slot = self.load_slot().await;
-                None
-            }
-            Some(budget) => {
-                let expected = {
-                    let _sizing = self.sizing_slots.acquire().await;
-                    let standby = standby.clone();
-                    let starting = self.policy.instance_floor(&standby.config.limits);
-                    // Reading the stage files' headers is part of the load's work: on a
-                    // loader thread, below the threads that serve warm models.
-                    super::loaders::run(move || standby.expected_bytes(starting))
-                        .await
-                        .unwrap_or(0)
-                };
-                if expected > budget {
-                    let reason = format!(
-                        "it holds {} MiB (measured when it was last resident, or its files' size), more than the \
-                         whole memory budget of {} MiB (--memory-budget-mib)",
-                        expected >> 20,
-                        budget >> 20
-                    );
-                    tracing::error!(model = name, "model cannot be loaded: {reason}");
-                    self.update(name, |entry| {
-                        Entry::with_status(entry, ModelStatus::Failed { reason: reason.clone() })
-                    });
-                    return None;
-                }
-                slot = self.load_slot().await;
-                Some(self.make_room(name, expected, budget, progress).await?)
-            }
+        let slot = self.load_slot().await;
+        let reservation = match sized {
+            None => None,
+            Some((budget, expected)) => Some(self.make_room(name, expected, budget, progress).await?),
         };
         progress.send_replace(LoadProgress::Loading);
         let started = Instant::now();
@@ -179,6 +156,35 @@ impl Repository {
         drop(reservation);
         self.enforce_budget();
         Some(LoadTimes { started, finished })
+    }
+
+    /// What `standby` is expected to hold once loaded; `None`, with the model failed, if
+    /// that is more than the whole `budget`.
+    async fn size_within(&self, name: &str, standby: &Arc<Standby>, budget: u64) -> Option<u64> {
+        let expected = {
+            let _sizing = self.sizing_slots.acquire().await;
+            let standby = standby.clone();
+            let starting = self.policy.instance_floor(&standby.config.limits);
+            // Reading the stage files' headers is part of the load's work: on a loader
+            // thread, below the threads that serve warm models.
+            loaders::run(move || standby.expected_bytes(starting))
+                .await
+                .unwrap_or(0)
+        };
+        if expected <= budget {
+            return Some(expected);
+        }
+        let reason = format!(
+            "it holds {} MiB (measured when it was last resident, or its files' size), more than the whole \
+             memory budget of {} MiB (--memory-budget-mib)",
+            expected >> 20,
+            budget >> 20
+        );
+        tracing::error!(model = name, "model cannot be loaded: {reason}");
+        self.update(name, |entry| {
+            Entry::with_status(entry, ModelStatus::Failed { reason: reason.clone() })
+        });
+        None
     }
 
     /// Reserves `bytes` under `budget`, evicting the least recently used models for it

@@ -23,10 +23,9 @@ use prometheus_client::metrics::family::Family;
 
 use super::model::{Histogramming, Model, StartError};
 use super::pool::Growth;
-use super::residency::LoadProgress;
 use super::residency::{
-    LoadLabels as ResidencyLoadLabels, LoadTrigger, OnDemandLoad, Releases, Reservations, ResidencyMetrics,
-    ResidencyPolicy, Standby, API, RELOAD, UNLOADED,
+    LoadLabels as ResidencyLoadLabels, LoadProgress, LoadTrigger, OnDemandLoad, Releases, Reservations,
+    ResidencyMetrics, ResidencyPolicy, Standby, API, RELOAD, UNLOADED,
 };
 use super::stats::EdgeLabel;
 use crate::model::config::{is_valid_model_name, ModelConfig, MODEL_FILE};

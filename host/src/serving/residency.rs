@@ -343,9 +343,8 @@ pub const UNLOADED: EvictionCause = EvictionCause { cause: "api" };
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ColdPhase {
     /// `waiting` (for its turn among the loads, room under the budget, or another change of
-    /// the model), `loading`
-    /// (compile from the cache and init), `serving` (the request once its model was
-    /// resident), `total` (arrival to answer).
+    /// the model), `loading` (compile from the cache and init), `serving` (the request once
+    /// its model was resident), `total` (arrival to answer).
     pub phase: &'static str,
 }
 
