@@ -65,13 +65,19 @@ pub struct Args {
     pub threads: u32,
 
     /// REST: spread requests over this many models: `{model}` in the URL is replaced by
-    /// a model name, `m0` to `m<N-1>` (with --model-prefix), drawn by a Zipf law (--zipf).
+    /// a model name, `m0` to `m<N-1>` (with --model-prefix and --first-model), drawn by a
+    /// Zipf law (--zipf).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub models: Option<u32>,
 
     /// With --models: the names' prefix (`m` gives m0, m1, ...).
     #[arg(long, default_value = "m")]
     pub model_prefix: String,
+
+    /// With --models: the number of the first model (1 gives m1 to m<N>: traffic that
+    /// leaves m0 to another client).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub first_model: u32,
 
     /// With --models: the Zipf exponent (model k is picked in proportion to
     /// 1/(k+1)^S; 0 is uniform).

@@ -97,9 +97,7 @@ fn try_main(args: Args) -> Result<()> {
 
     let load = match args.protocol {
         Protocol::Rest => {
-            // `{model}` (with --models) stays in the path, percent-encoded, until each
-            // model's path is written.
-            let (addr, host, path) = resolve(&args.url.replace("{model}", "%7Bmodel%7D"))?;
+            let (addr, host, path) = resolve(&model_placeholder_kept(&args.url))?;
             Load::Rest(Arc::new(rest_target(&args, addr, host, path)?))
         }
         Protocol::Grpc | Protocol::GrpcRaw => {
@@ -189,6 +187,12 @@ async fn run(args: &Args, load: Load, histogram: Histogram<u64>) -> Result<Summa
     })
 }
 
+/// `url` with `{model}` (with --models) percent-encoded, so that it stays in the path
+/// until each model's path is written.
+fn model_placeholder_kept(url: &str) -> String {
+    url.replace("{model}", "%7Bmodel%7D")
+}
+
 /// REST: the bodies as they are (none: GETs).
 fn rest_target(args: &Args, addr: SocketAddr, host: HeaderValue, path: Uri) -> Result<Target> {
     ensure!(
@@ -209,7 +213,7 @@ fn rest_target(args: &Args, addr: SocketAddr, host: HeaderValue, path: Uri) -> R
                 template.contains("%7Bmodel%7D"),
                 "with --models the URL names the model as {{model}} (e.g. http://127.0.0.1:8080/v2/models/{{model}}/infer)"
             );
-            let paths = (0..models)
+            let paths = (args.first_model..args.first_model.saturating_add(models))
                 .map(|k| {
                     let name = format!("{}{k}", args.model_prefix);
                     let path = template.replace("%7Bmodel%7D", &name);
@@ -352,6 +356,25 @@ fn read_bodies(file: &Path) -> Result<Vec<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn models_are_named_from_the_first_model_on() {
+        let args = Args::parse_from([
+            "tensorplug-loadgen",
+            "http://127.0.0.1:8080/v2/models/{model}/infer",
+            "--models",
+            "3",
+            "--first-model",
+            "1",
+        ]);
+        let (addr, host, path) = resolve(&model_placeholder_kept(&args.url)).expect("loopback");
+        let target = rest_target(&args, addr, host, path).expect("a target");
+        let paths: Vec<String> = target.paths.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            paths,
+            ["/v2/models/m1/infer", "/v2/models/m2/infer", "/v2/models/m3/infer"]
+        );
+    }
 
     #[test]
     fn only_loopback_targets() {
