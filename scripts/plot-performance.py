@@ -71,24 +71,28 @@ class FloorPoint:
     errors: int
 
 
-def read_floor_runs(path: Path) -> list[dict]:
-    """The runs of a BENCH_OUTPUT file, one JSON object a line."""
-    runs = []
-    keys = ("server", "protocol", "concurrency", "rps", "p99_us")
+def read_json_lines(path: Path, keys: tuple[str, ...]) -> list[dict]:
+    """A BENCH_OUTPUT file's rows, one JSON object a line, each with every one of `keys`."""
+    rows = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
         try:
-            run = json.loads(line)
+            row = json.loads(line)
         except json.JSONDecodeError as error:
             raise SystemExit(f"{path}:{number}: not JSON: {error}")
-        missing = [key for key in keys if key not in run]
+        missing = [key for key in keys if key not in row]
         if missing:
             raise SystemExit(f"{path}:{number}: no {', '.join(missing)}")
-        runs.append(run)
-    if not runs:
+        rows.append(row)
+    if not rows:
         raise SystemExit(f"{path}: no runs")
-    return runs
+    return rows
+
+
+def read_floor_runs(path: Path) -> list[dict]:
+    """The runs of scripts/bench-floor.sh's BENCH_OUTPUT file."""
+    return read_json_lines(path, ("server", "protocol", "concurrency", "rps", "p99_us"))
 
 
 def summarise_floor(runs: list[dict]) -> dict[tuple[str, str], list[FloorPoint]]:
@@ -706,21 +710,7 @@ def forward_figures(root: Path, pattern: str, estimate: str, out: Path, machine:
 def read_density(path: Path) -> list[dict]:
     """scripts/bench-density.py's BENCH_OUTPUT rows: kind "first" (first answers of models on
     standby), "storm" and "zipf" (with its timeline of samples)."""
-    rows = []
-    for number_, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise SystemExit(f"{path}:{number_}: not JSON: {error}")
-        missing = [key for key in ("kind", "example", "models") if key not in row]
-        if missing:
-            raise SystemExit(f"{path}:{number_}: no {', '.join(missing)}")
-        rows.append(row)
-    if not rows:
-        raise SystemExit(f"{path}: no runs")
-    return rows
+    return read_json_lines(path, ("kind", "example", "models"))
 
 
 def repository_name(row: dict) -> str:

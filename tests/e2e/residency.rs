@@ -1117,17 +1117,6 @@ async fn a_warm_model_answers_at_once_while_every_load_slot_is_held_by_slow_cold
         slowest < Duration::from_millis(INIT_MS / 2),
         "the warm model's slowest answer took {slowest:?} during the storm"
     );
-    let scrape = || async {
-        let text = client
-            .get(server.url("/metrics"))
-            .send()
-            .await
-            .expect("a scrape")
-            .text()
-            .await
-            .expect("its text");
-        common::metrics::Metrics::parse(text)
-    };
     // Only the loads that have their turn (one per core, up to four) have begun and hold
     // room in the budget, which shows beside what is resident; the others wait for their
     // turn, reserving nothing (they once all reserved while queued, keeping a third of a
@@ -1147,13 +1136,13 @@ async fn a_warm_model_answers_at_once_while_every_load_slot_is_held_by_slow_cold
     );
     assert!(queued > 0, "{index}");
     // `/metrics` counts them as the index does (once, every one on standby).
-    let page = scrape().await;
+    let page = common::metrics::scrape_process(&server).await;
     assert!(page.value("tensorplug_models", &[("state", "loading")]) > 0.0);
     assert!(page.value("tensorplug_reserved_memory_bytes", &[]) > 0.0);
     for answer in common::join_all(storm).await {
         assert_eq!(answer.expect("an answer").status(), 200);
     }
-    let page = scrape().await;
+    let page = common::metrics::scrape_process(&server).await;
     assert_eq!(page.value("tensorplug_reserved_memory_bytes", &[]), 0.0);
     assert_eq!(page.value("tensorplug_releasing_memory_bytes", &[]), 0.0);
 }

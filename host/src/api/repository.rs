@@ -125,8 +125,7 @@ pub fn index(repository: &Repository) -> Vec<IndexRow> {
             let model = entry.status.model();
             // A model on standby that a request is loading shows as loading, with what its
             // load waits for if it has not begun.
-            let load = loads.get(&name).filter(|load| load.under_way());
-            let (state, waiting_for) = match (entry.status.state(), load) {
+            let (state, waiting_for) = match (entry.status.state(), loads.get(&name)) {
                 (ModelState::Standby, Some(load)) => (ModelState::Loading, load.waiting_for()),
                 (state, _) => (state, None),
             };

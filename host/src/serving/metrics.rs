@@ -194,6 +194,12 @@ const HISTOGRAMS: [HistogramFamily; 4] = [
     },
 ];
 
+/// A gauge of bytes (past `i64::MAX`, that).
+fn encode_bytes(encoder: &mut DescriptorEncoder, name: &str, help: &str, bytes: u64) -> Result<(), std::fmt::Error> {
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(i64::try_from(bytes).unwrap_or(i64::MAX)).encode(metric)
+}
+
 impl Collector for ModelsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let index = self.repository.index();
@@ -354,7 +360,7 @@ impl Collector for ModelsCollector {
         for (name, entry) in &index {
             let state = match entry.status.state() {
                 ModelState::Ready => "ready",
-                ModelState::Standby if loads.get(name).is_some_and(|load| load.under_way()) => "loading",
+                ModelState::Standby if loads.contains_key(name) => "loading",
                 ModelState::Standby => "standby",
                 ModelState::Loading => "loading",
                 ModelState::Unavailable => "unavailable",
@@ -365,40 +371,34 @@ impl Collector for ModelsCollector {
             ConstGauge::new(count).encode(metric.encode_family(&[("state", state)])?)?;
         }
 
-        let metric = encoder.encode_descriptor(
+        let resident: u64 = models.iter().map(|(_, model)| model.held_bytes()).sum();
+        encode_bytes(
+            &mut encoder,
             "tensorplug_resident_memory_bytes",
             "What the resident models hold together, measured (the sum of tensorplug_model_memory_bytes)",
-            None,
-            MetricType::Gauge,
+            resident,
         )?;
-        let resident: u64 = models.iter().map(|(_, model)| model.held_bytes()).sum();
-        ConstGauge::new(i64::try_from(resident).unwrap_or(i64::MAX)).encode(metric)?;
         // Beside what is resident, what else the budget counts: why a budget can be full
         // while the resident models hold less.
-        let metric = encoder.encode_descriptor(
+        encode_bytes(
+            &mut encoder,
             "tensorplug_reserved_memory_bytes",
             "What loads under way have reserved against the budget until their models are measured",
-            None,
-            MetricType::Gauge,
+            self.repository.reservations.reserved(),
         )?;
-        let reserved = self.repository.reservations.reserved();
-        ConstGauge::new(i64::try_from(reserved).unwrap_or(i64::MAX)).encode(metric)?;
-        let metric = encoder.encode_descriptor(
+        encode_bytes(
+            &mut encoder,
             "tensorplug_releasing_memory_bytes",
             "What evicted models still hold until a loader thread has dropped them",
-            None,
-            MetricType::Gauge,
+            self.repository.releases.bytes(),
         )?;
-        let releasing = self.repository.releases.bytes();
-        ConstGauge::new(i64::try_from(releasing).unwrap_or(i64::MAX)).encode(metric)?;
         if let Some(budget) = self.repository.policy().budget_bytes {
-            let metric = encoder.encode_descriptor(
+            encode_bytes(
+                &mut encoder,
                 "tensorplug_memory_budget_bytes",
                 "What resident models may hold together (--memory-budget-mib)",
-                None,
-                MetricType::Gauge,
+                budget,
             )?;
-            ConstGauge::new(i64::try_from(budget).unwrap_or(i64::MAX)).encode(metric)?;
         }
 
         let metric = encoder.encode_descriptor(

@@ -850,11 +850,12 @@ impl Repository {
             .collect()
     }
 
-    /// The on-demand loads under way, by model, and where each stands.
+    /// The on-demand loads that have yet to end, by model, and where each stands.
     pub fn loads_on_demand(&self) -> std::collections::HashMap<String, LoadProgress> {
         crate::sync::lock(&self.on_demand)
             .iter()
             .map(|(name, load)| (name.clone(), *load.borrow()))
+            .filter(|(_, load)| load.under_way())
             .collect()
     }
 
