@@ -22,6 +22,7 @@ use wasmtime::component::Component;
 use wit_component::ComponentEncoder;
 
 use super::components::Digest;
+use super::memory::CompiledCode;
 use super::precompiled::FileIdentity;
 use super::Runtime;
 
@@ -92,7 +93,7 @@ pub fn compile_file(
     runtime: &Runtime,
     file: &std::path::Path,
     timeout: Duration,
-) -> Result<(Arc<Component>, CompileReport), String> {
+) -> Result<(Arc<CompiledCode>, CompileReport), String> {
     let started = Instant::now();
     let Some(precompiled) = runtime.precompiled() else {
         return compile(runtime, read_plugin(file)?, timeout);
@@ -131,7 +132,7 @@ pub fn compile(
     runtime: &Runtime,
     bytes: Vec<u8>,
     timeout: Duration,
-) -> Result<(Arc<Component>, CompileReport), String> {
+) -> Result<(Arc<CompiledCode>, CompileReport), String> {
     compile_digested(runtime, Digest::of(&bytes), bytes, timeout)
 }
 
@@ -141,7 +142,7 @@ fn compile_digested(
     digest: Digest,
     bytes: Vec<u8>,
     timeout: Duration,
-) -> Result<(Arc<Component>, CompileReport), String> {
+) -> Result<(Arc<CompiledCode>, CompileReport), String> {
     let started = Instant::now();
     let (component, compiled) = runtime
         .components()
@@ -242,7 +243,7 @@ fn compile_afresh(
     bytes: Vec<u8>,
     timeout: Duration,
     started: Instant,
-) -> Result<(Component, CompileReport), String> {
+) -> Result<(CompiledCode, CompileReport), String> {
     let mapped = runtime
         .precompiled()
         .and_then(|precompiled| precompiled.load(runtime.engine(), digest));
@@ -264,7 +265,7 @@ fn compile_afresh(
     })??;
     let source = served_by_cache(lookups, runtime.cache_lookups());
     Ok((
-        component,
+        CompiledCode::in_memory(component),
         CompileReport {
             took: started.elapsed(),
             source,

@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
+use super::memory::CompiledCode;
 use sha2::{Digest as _, Sha256};
-use wasmtime::component::Component;
 
 /// What a component is known by: the SHA-256 of the file it was compiled from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,7 +50,7 @@ pub struct Components {
 /// stages loading the same bytes at once wait for that one compile instead of each
 /// compiling (and holding) their own.
 #[derive(Default)]
-struct Slot(Mutex<Weak<Component>>);
+struct Slot(Mutex<Weak<CompiledCode>>);
 
 impl Components {
     /// The component for these bytes: the one a loaded stage holds (and `None`), else
@@ -59,8 +59,8 @@ impl Components {
     pub fn get_or_compile<R, E>(
         &self,
         digest: Digest,
-        compile: impl FnOnce() -> Result<(Component, R), E>,
-    ) -> Result<(Arc<Component>, Option<R>), E> {
+        compile: impl FnOnce() -> Result<(CompiledCode, R), E>,
+    ) -> Result<(Arc<CompiledCode>, Option<R>), E> {
         let slot = {
             let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
             // Slots nobody holds a component of or waits on (a waiter or the compiling
@@ -96,13 +96,14 @@ impl Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wasmtime::component::Component;
 
     /// An empty component: the header alone.
-    fn component(engine: &wasmtime::Engine) -> Component {
-        Component::new(engine, b"\0asm\x0d\0\x01\0").unwrap()
+    fn component(engine: &wasmtime::Engine) -> CompiledCode {
+        CompiledCode::in_memory(Component::new(engine, b"\0asm\x0d\0\x01\0").unwrap())
     }
 
-    fn compile(engine: &wasmtime::Engine) -> impl FnOnce() -> Result<(Component, ()), ()> + '_ {
+    fn compile(engine: &wasmtime::Engine) -> impl FnOnce() -> Result<(CompiledCode, ()), ()> + '_ {
         || Ok((component(engine), ()))
     }
 
@@ -114,7 +115,9 @@ mod tests {
         let (first, compiled) = components.get_or_compile(digest, compile(&engine)).unwrap();
         assert!(compiled.is_some());
         let (again, compiled) = components
-            .get_or_compile(digest, || -> Result<(Component, ()), ()> { panic!("compiled twice") })
+            .get_or_compile(digest, || -> Result<(CompiledCode, ()), ()> {
+                panic!("compiled twice")
+            })
             .unwrap();
         assert!(compiled.is_none() && Arc::ptr_eq(&first, &again));
         assert_eq!(components.len(), 1);
@@ -145,7 +148,7 @@ mod tests {
         let components = Components::default();
         let digest = Digest::of(b"bad");
         assert!(components
-            .get_or_compile(digest, || Err::<(Component, ()), _>("broken"))
+            .get_or_compile(digest, || Err::<(CompiledCode, ()), _>("broken"))
             .is_err());
         let (_, compiled) = components.get_or_compile(digest, compile(&engine)).unwrap();
         assert!(compiled.is_some());

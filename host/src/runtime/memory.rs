@@ -5,9 +5,12 @@
 //! `wasi:nn` graphs. The serving layer holds the sum of its resident models under the
 //! memory budget with this.
 
+use std::ops::Deref;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
+use object::read::elf::ElfFile64;
+use object::{Endianness, Object, ObjectSection};
 use wasmtime::component::Component;
 
 /// What a table element costs the host (a function reference: a pointer).
@@ -69,30 +72,91 @@ impl Drop for StoreMemory {
     }
 }
 
+/// The ELF section of a compiled image that holds its modules' data segments (wasmtime's
+/// `ELF_WASM_DATA`): the copy-on-write source of their linear memories.
+const DATA_IMAGES_SECTION: &str = ".rodata.wasm";
+
+/// A compiled component and the bytes of it a model running from it is charged.
+#[derive(Debug)]
+pub struct CompiledCode {
+    component: Component,
+    charged: usize,
+}
+
+impl CompiledCode {
+    /// Compiled, or read from wasmtime's cache, into the host's own memory: the whole image
+    /// is the host's (its data segments too, besides the copy a linear memory starts
+    /// from), so all of it is charged.
+    pub fn in_memory(component: Component) -> Self {
+        let charged = image_bytes(&component);
+        Self { component, charged }
+    }
+
+    /// Mapped from a file of compiled code: its data segments are then the very pages the
+    /// instances' linear memories map copy-on-write, which those memories are charged for
+    /// as sized, so the image is charged without them (a Python component: 36 MB mapped, of
+    /// which 13 MB are its interpreter's initial heap).
+    pub fn mapped(component: Component) -> Self {
+        let image = image_bytes(&component);
+        let charged = image.saturating_sub(data_images_bytes(&component).unwrap_or(0));
+        Self { component, charged }
+    }
+
+    /// What a model running from this component alone is charged for its code.
+    pub fn charged_bytes(&self) -> usize {
+        self.charged
+    }
+}
+
+impl Deref for CompiledCode {
+    type Target = Component;
+
+    fn deref(&self) -> &Component {
+        &self.component
+    }
+}
+
+fn image_bytes(component: &Component) -> usize {
+    let range = component.image_range();
+    (range.end as usize).saturating_sub(range.start as usize)
+}
+
+/// The size of the image's data segments section, read from its section headers; `None`
+/// if the image has none that could be read (it is then charged whole: never less).
+fn data_images_bytes(component: &Component) -> Option<usize> {
+    let range = component.image_range();
+    let length = (range.end as usize).checked_sub(range.start as usize)?;
+    // SAFETY: the image is the component's compiled object, mapped readable for as long
+    // as the component lives, which outlives this borrow; it is never written after it
+    // was made.
+    let image = unsafe { std::slice::from_raw_parts(range.start, length) };
+    let elf = ElfFile64::<Endianness>::parse(image).ok()?;
+    let section = elf.section_by_name(DATA_IMAGES_SECTION)?;
+    usize::try_from(section.size()).ok()
+}
+
 /// The compiled components a model version's stages run from, to charge it its share of
-/// their code: a component held by `n` loaded stages costs each `1/n` of its image.
+/// their code: a component held by `n` loaded stages costs each `1/n` of its charge.
 #[derive(Debug, Default)]
 pub struct CodeShare {
-    components: Mutex<Vec<(usize, Weak<Component>)>>,
+    components: Mutex<Vec<(usize, Weak<CompiledCode>)>>,
 }
 
 impl CodeShare {
-    /// Charges the model for `component` (one of its stages runs from it).
-    pub fn add(&self, component: &Arc<Component>) {
-        let range = component.image_range();
-        let image = (range.end as usize).saturating_sub(range.start as usize);
+    /// Charges the model for `code` (one of its stages runs from it).
+    pub fn add(&self, code: &Arc<CompiledCode>) {
         self.components
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((image, Arc::downgrade(component)));
+            .push((code.charged, Arc::downgrade(code)));
     }
 
-    /// The model's share of its components' compiled images, in bytes.
+    /// The model's share of its components' compiled code, in bytes.
     pub fn bytes(&self) -> usize {
         let components = self.components.lock().unwrap_or_else(PoisonError::into_inner);
         components
             .iter()
-            .map(|(image, component)| image / component.strong_count().max(1))
+            .map(|(charged, code)| charged / code.strong_count().max(1))
             .sum()
     }
 }
@@ -121,7 +185,8 @@ mod tests {
     #[test]
     fn a_component_held_by_two_stages_is_charged_half_to_each() {
         let engine = wasmtime::Engine::default();
-        let component = Arc::new(Component::new(&engine, b"\0asm\x0d\0\x01\0").unwrap());
+        let component = Component::new(&engine, b"\0asm\x0d\0\x01\0").unwrap();
+        let component = Arc::new(CompiledCode::in_memory(component));
         let (one, two) = (CodeShare::default(), CodeShare::default());
         one.add(&component);
         let whole = one.bytes();
@@ -130,5 +195,52 @@ mod tests {
         assert_eq!(one.bytes(), whole / 2);
         drop(second_holder);
         assert_eq!(one.bytes(), whole, "the last holder pays it all");
+    }
+
+    /// A component whose one core module has a linear memory initialised with `data` bytes.
+    fn component_with_data(data: usize) -> Vec<u8> {
+        use wasm_encoder::{ConstExpr, DataSection, MemorySection, MemoryType, Module, ModuleSection};
+        let mut memories = MemorySection::new();
+        memories.memory(MemoryType {
+            minimum: 8,
+            maximum: None,
+            memory64: false,
+            shared: false,
+            page_size_log2: None,
+        });
+        let mut segments = DataSection::new();
+        segments.active(0, &ConstExpr::i32_const(0), vec![0x5a; data]);
+        let mut module = Module::new();
+        module.section(&memories).section(&segments);
+        let mut component = wasm_encoder::Component::new();
+        component.section(&ModuleSection(&module));
+        component.finish()
+    }
+
+    #[test]
+    fn a_mapped_image_is_charged_without_the_data_its_memories_are_charged_for() {
+        let engine = wasmtime::Engine::default();
+        let data = 300 * 1024;
+        let bytes = component_with_data(data);
+        let in_memory = CompiledCode::in_memory(Component::new(&engine, &bytes).unwrap());
+        let folder = tempfile::tempdir().unwrap();
+        let file = folder.path().join("stage.cwasm");
+        std::fs::write(&file, engine.precompile_component(&bytes).unwrap()).unwrap();
+        // SAFETY: written just above by this engine.
+        let mapped = CompiledCode::mapped(unsafe { Component::deserialize_file(&engine, &file) }.unwrap());
+
+        assert_eq!(in_memory.charged_bytes(), image_bytes(&in_memory));
+        let data_images = data_images_bytes(&mapped).expect("wasmtime keeps data segments in their own section");
+        assert!(
+            data_images >= data,
+            "{data_images} bytes of data images for {data} of data"
+        );
+        assert_eq!(mapped.charged_bytes(), image_bytes(&mapped) - data_images);
+        assert!(
+            mapped.charged_bytes() <= image_bytes(&mapped) - data,
+            "the data is charged once, to the memories: {} of {}",
+            mapped.charged_bytes(),
+            image_bytes(&mapped)
+        );
     }
 }

@@ -19,6 +19,7 @@ use wasmtime::component::Component;
 use wasmtime::Engine;
 
 use super::components::Digest;
+use super::memory::CompiledCode;
 
 /// The folder under a cache directory that holds the mapped files.
 const FOLDER: &str = "precompiled";
@@ -55,7 +56,7 @@ impl Precompiled {
 
     /// The component compiled from the file with this digest, mapped; `None` if there is
     /// none (or it cannot be mapped: the load compiles, and says why in the log).
-    pub fn load(&self, engine: &Engine, digest: &Digest) -> Option<Component> {
+    pub fn load(&self, engine: &Engine, digest: &Digest) -> Option<CompiledCode> {
         let path = self.path(digest);
         if !path.is_file() {
             return None;
@@ -65,7 +66,7 @@ impl Precompiled {
         // again), into the operator's cache folder; nothing untrusted writes there, and
         // files are only ever replaced whole (renamed into place), never changed.
         match unsafe { Component::deserialize_file(engine, &path) } {
-            Ok(component) => Some(component),
+            Ok(component) => Some(CompiledCode::mapped(component)),
             Err(e) => {
                 tracing::warn!(file = %path.display(), "precompiled stage not used, compiling instead: {e:#}");
                 None

@@ -99,7 +99,7 @@ pub struct StageTemplate {
     compiled: CompileReport,
     /// Keeps the component in the runtime's register while this stage is loaded, so
     /// another stage with the same bytes shares it.
-    _component: Arc<wasmtime::component::Component>,
+    _component: Arc<super::memory::CompiledCode>,
 }
 
 impl StageTemplate {
