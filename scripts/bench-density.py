@@ -30,7 +30,7 @@ kept in those lines and the figures' legends).
 import argparse, http.client, json, os, re, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-import tenants
+import histogram, tenants
 from local import free_port, status_kib
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -258,15 +258,11 @@ metrics = request("GET", "/metrics")[1].decode()
 
 
 def histogram_quantile(name, labels, q):
-    buckets = sorted(
-        (float("inf") if le == "+Inf" else float(le), float(m.group(2)))
-        for m in re.finditer(rf"^{name}_bucket\{{([^}}]*)\}} (\S+)$", metrics, flags=re.M)
-        if labels in m.group(1).split(",")
-        for le in re.findall(r'le="([^"]+)"', m.group(1)))
-    if not buckets or buckets[-1][1] == 0:
-        return float("nan")
-    target = q * buckets[-1][1]
-    return next(le for le, count in buckets if count >= target)
+    return histogram.upper_bound(metrics, name, labels, q)
+
+
+def interpolated_quantile(name, labels, q):
+    return histogram.interpolated(metrics, name, labels, q)
 
 
 peak = status_mib(server.pid, "VmHWM")
@@ -283,12 +279,14 @@ refused = sample(metrics, "tensorplug_residency_unavailable_total")
 cold = sample(metrics, "tensorplug_cold_start_seconds_count", 'phase="total"')
 cold_p50 = histogram_quantile("tensorplug_cold_start_seconds", 'phase="total"', 0.5) * 1000
 cold_p99 = histogram_quantile("tensorplug_cold_start_seconds", 'phase="total"', 0.99) * 1000
+cold_p99_estimate = interpolated_quantile("tensorplug_cold_start_seconds", 'phase="total"', 0.99) * 1000
 resident = sample(metrics, "tensorplug_models", 'state="ready"')
 held = sample(metrics, "tensorplug_resident_memory_bytes") / 2**20
 print(f"| loads on a request | {loads:.0f} |")
 print(f"| evictions for room / idle | {for_room:.0f} / {idle:.0f} |")
 print(f"| loads that waited for room; requests refused (503) | {waits:.0f}; {refused:.0f} |")
 print(f"| cold starts; p50 / p99 (server, bucket bounds) | {cold:.0f}; {cold_p50:.0f} / {cold_p99:.0f} ms |")
+print(f"| cold-start p99 interpolated in its bucket (as Prometheus' histogram_quantile) | {cold_p99_estimate:.0f} ms |")
 
 
 def phase_ms(phase, q):
@@ -305,5 +303,5 @@ if load.get("first_error"):
     print(f"first error: {load['first_error']}")
 record("zipf", concurrency=concurrency, seconds=seconds, rps=load["rps"], failed=load["errors"],
        p50_us=load["p50_us"], p99_us=load["p99_us"], loads=loads, evictions=for_room + idle, rss_peak_mib=peak,
-       cold_p50_ms=cold_p50, cold_p99_ms=cold_p99, every_s=sample_every, samples=timeline.samples)
+       cold_p50_ms=cold_p50, cold_p99_ms=cold_p99, cold_p99_estimate_ms=cold_p99_estimate, every_s=sample_every, samples=timeline.samples)
 stop()
