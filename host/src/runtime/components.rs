@@ -10,8 +10,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use super::memory::CompiledCode;
 use sha2::{Digest as _, Sha256};
+
+use super::memory::CompiledCode;
 
 /// What a component is known by: the SHA-256 of the file it was compiled from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

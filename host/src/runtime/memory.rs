@@ -93,9 +93,11 @@ impl CompiledCode {
     }
 
     /// Mapped from a file of compiled code: its data segments are then the very pages the
-    /// instances' linear memories map copy-on-write, which those memories are charged for
-    /// as sized, so the image is charged without them (a Python component: 36 MB mapped, of
-    /// which 13 MB are its interpreter's initial heap).
+    /// instances' linear memories map copy-on-write (or copy from, for a passive segment),
+    /// which those memories are charged for as sized, so the image is charged without them
+    /// (a Python component: 36 MB mapped, of which 13 MB are its interpreter's initial
+    /// heap). A plugin cannot hide memory there: what the section holds beyond its
+    /// memories is clean pages of the file, which the kernel takes back under pressure.
     pub fn mapped(component: Component) -> Self {
         let image = image_bytes(&component);
         let charged = image.saturating_sub(data_images_bytes(&component).unwrap_or(0));
