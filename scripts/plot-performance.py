@@ -344,11 +344,15 @@ LEFT, RIGHT = 78.0, 24.0
 
 
 def heading(canvas: Canvas, title: str, subtitle: str) -> float:
-    """The title and subtitle; returns the y below them."""
-    canvas.text(LEFT, 28, title, size=17, font_weight="600")
-    for i, line in enumerate(wrap(subtitle, canvas.width - LEFT - RIGHT, 12)):
-        canvas.text(LEFT, 48 + 16 * i, line, size=12, fill=MUTED)
-    return 48 + 16 * len(wrap(subtitle, canvas.width - LEFT - RIGHT, 12)) + 4
+    """The title and subtitle, each wrapped to the canvas; returns the y below them."""
+    titles = wrap(title, canvas.width - LEFT - RIGHT, 17)
+    for i, line in enumerate(titles):
+        canvas.text(LEFT, 28 + 22 * i, line, size=17, font_weight="600")
+    top = 48 + 22 * (len(titles) - 1)
+    subtitles = wrap(subtitle, canvas.width - LEFT - RIGHT, 12)
+    for i, line in enumerate(subtitles):
+        canvas.text(LEFT, top + 16 * i, line, size=12, fill=MUTED)
+    return top + 16 * len(subtitles) + 4
 
 
 def legend(canvas: Canvas, entries: list[LegendEntry], top: float) -> float:

@@ -264,6 +264,19 @@ class DensityFigures(unittest.TestCase):
         self.assertIn("100 digits-python models, warm (2 asked)", words)
         self.assertIn("Machine: test box", words)
 
+    def test_a_labelled_runs_long_title_is_wrapped_within_the_figure(self):
+        rows = density_rows()
+        rows[2] = {**rows[2], "example": "digits-python", "label": "code read from disk after the 10,000-model run"}
+        self.jsonl.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        self.draw()
+        memory = parse(self.folder / "out" / "density-memory.svg")
+        width = float(memory.get("width"))
+        titles = [t for t in memory.iter(f"{SVG}text") if t.get("font-weight") == "600"]
+        self.assertGreater(len(titles), 1, "the title takes two lines")
+        for title in titles:
+            self.assertLessEqual(float(title.get("x")) + plot.text_width(title.text, 17), width, title.text)
+        self.assertEqual(len({float(t.get("y")) for t in titles}), len(titles), "one line under the other")
+
     def test_a_file_with_nothing_to_draw_is_named(self):
         self.jsonl.write_text(json.dumps({"kind": "storm", "example": "digits", "models": 1}) + "\n")
         with self.assertRaisesRegex(SystemExit, "no zipf run with samples and no first answers"):
