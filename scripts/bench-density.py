@@ -62,7 +62,8 @@ def record(kind, **fields):
     """A JSON line in BENCH_OUTPUT, when it is set."""
     if output:
         with open(output, "a") as rows:
-            labelled = {"label": env("BENCH_LABEL")} if env("BENCH_LABEL") else {}
+            label = env("BENCH_LABEL")
+            labelled = {"label": label} if label else {}
             rows.write(json.dumps({"kind": kind, "example": example, "models": models, "budget_mib": budget,
                                    **labelled, **fields}) + "\n")
 
@@ -257,14 +258,6 @@ load = json.loads(run.stdout)
 metrics = request("GET", "/metrics")[1].decode()
 
 
-def histogram_quantile(name, labels, q):
-    return histogram.upper_bound(metrics, name, labels, q)
-
-
-def interpolated_quantile(name, labels, q):
-    return histogram.interpolated(metrics, name, labels, q)
-
-
 peak = status_mib(server.pid, "VmHWM")
 rss = status_mib(server.pid, "VmRSS")
 print(f"\n| Zipf s=1.0 over {models} models, c={concurrency}, {seconds} s, budget {budget} MiB | |\n| --- | ---: |")
@@ -277,9 +270,9 @@ idle = sample(metrics, "tensorplug_residency_evictions_total", 'cause="idle"')
 waits = sample(metrics, "tensorplug_residency_budget_waits_total")
 refused = sample(metrics, "tensorplug_residency_unavailable_total")
 cold = sample(metrics, "tensorplug_cold_start_seconds_count", 'phase="total"')
-cold_p50 = histogram_quantile("tensorplug_cold_start_seconds", 'phase="total"', 0.5) * 1000
-cold_p99 = histogram_quantile("tensorplug_cold_start_seconds", 'phase="total"', 0.99) * 1000
-cold_p99_estimate = interpolated_quantile("tensorplug_cold_start_seconds", 'phase="total"', 0.99) * 1000
+cold_p50 = histogram.upper_bound(metrics, "tensorplug_cold_start_seconds", 'phase="total"', 0.5) * 1000
+cold_p99 = histogram.upper_bound(metrics, "tensorplug_cold_start_seconds", 'phase="total"', 0.99) * 1000
+cold_p99_estimate = histogram.interpolated(metrics, "tensorplug_cold_start_seconds", 'phase="total"', 0.99) * 1000
 resident = sample(metrics, "tensorplug_models", 'state="ready"')
 held = sample(metrics, "tensorplug_resident_memory_bytes") / 2**20
 print(f"| loads on a request | {loads:.0f} |")
@@ -290,7 +283,7 @@ print(f"| cold-start p99 interpolated in its bucket (as Prometheus' histogram_qu
 
 
 def phase_ms(phase, q):
-    return histogram_quantile("tensorplug_cold_start_seconds", 'phase="' + phase + '"', q) * 1000
+    return histogram.upper_bound(metrics, "tensorplug_cold_start_seconds", 'phase="' + phase + '"', q) * 1000
 
 
 phases = ", ".join(f"{phase} {phase_ms(phase, 0.5):.0f} / {phase_ms(phase, 0.99):.0f}"

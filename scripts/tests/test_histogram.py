@@ -11,20 +11,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 import histogram  # noqa: E402
 
-PAGE = """# TYPE t_seconds histogram
-t_seconds_bucket{phase="total",le="0.1"} 50
-t_seconds_bucket{phase="total",le="0.15"} 90
-t_seconds_bucket{phase="total",le="0.2"} 100
-t_seconds_bucket{phase="total",le="+Inf"} 100
-t_seconds_bucket{phase="loading",le="0.1"} 1
-t_seconds_bucket{phase="loading",le="0.15"} 1
-t_seconds_bucket{phase="loading",le="0.2"} 1
-t_seconds_bucket{phase="loading",le="+Inf"} 3
-t_seconds_bucket{phase="serving",le="0.1"} 0
-t_seconds_bucket{phase="serving",le="0.15"} 0
-t_seconds_bucket{phase="serving",le="0.2"} 0
-t_seconds_bucket{phase="serving",le="+Inf"} 0
-"""
+BOUNDS = ["0.1", "0.15", "0.2", "+Inf"]
+# Cumulative counts per bucket, by phase.
+COUNTS = {"total": [50, 90, 100, 100], "loading": [1, 1, 1, 3], "serving": [0, 0, 0, 0]}
+PAGE = "# TYPE t_seconds histogram\n" + "".join(
+    f't_seconds_bucket{{phase="{phase}",le="{le}"}} {count}\n'
+    for phase, counts in COUNTS.items()
+    for le, count in zip(BOUNDS, counts))
 
 
 class Quantiles(unittest.TestCase):

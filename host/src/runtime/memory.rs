@@ -118,21 +118,24 @@ impl Deref for CompiledCode {
     }
 }
 
-fn image_bytes(component: &Component) -> usize {
+/// The component's compiled image: the object wasmtime made (or mapped) of it.
+fn image(component: &Component) -> &[u8] {
     let range = component.image_range();
-    (range.end as usize).saturating_sub(range.start as usize)
+    let length = (range.end as usize).saturating_sub(range.start as usize);
+    // SAFETY: the image is the component's compiled object, mapped readable for as long
+    // as the component lives, which outlives the borrow returned; it is never written
+    // after it was made.
+    unsafe { std::slice::from_raw_parts(range.start, length) }
+}
+
+fn image_bytes(component: &Component) -> usize {
+    image(component).len()
 }
 
 /// The size of the image's data segments section, read from its section headers; `None`
 /// if the image has none that could be read (it is then charged whole: never less).
 fn data_images_bytes(component: &Component) -> Option<usize> {
-    let range = component.image_range();
-    let length = (range.end as usize).checked_sub(range.start as usize)?;
-    // SAFETY: the image is the component's compiled object, mapped readable for as long
-    // as the component lives, which outlives this borrow; it is never written after it
-    // was made.
-    let image = unsafe { std::slice::from_raw_parts(range.start, length) };
-    let elf = ElfFile64::<Endianness>::parse(image).ok()?;
+    let elf = ElfFile64::<Endianness>::parse(image(component)).ok()?;
     let section = elf.section_by_name(DATA_IMAGES_SECTION)?;
     usize::try_from(section.size()).ok()
 }

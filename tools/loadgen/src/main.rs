@@ -187,10 +187,13 @@ async fn run(args: &Args, load: Load, histogram: Histogram<u64>) -> Result<Summa
     })
 }
 
+/// `{model}` in a URL, percent-encoded as it stays in the parsed path.
+const MODEL_PLACEHOLDER: &str = "%7Bmodel%7D";
+
 /// `url` with `{model}` (with --models) percent-encoded, so that it stays in the path
 /// until each model's path is written.
 fn model_placeholder_kept(url: &str) -> String {
-    url.replace("{model}", "%7Bmodel%7D")
+    url.replace("{model}", MODEL_PLACEHOLDER)
 }
 
 /// REST: the bodies as they are (none: GETs).
@@ -210,13 +213,13 @@ fn rest_target(args: &Args, addr: SocketAddr, host: HeaderValue, path: Uri) -> R
         Some(models) => {
             let template = path.to_string();
             ensure!(
-                template.contains("%7Bmodel%7D"),
+                template.contains(MODEL_PLACEHOLDER),
                 "with --models the URL names the model as {{model}} (e.g. http://127.0.0.1:8080/v2/models/{{model}}/infer)"
             );
             let paths = (args.first_model..args.first_model.saturating_add(models))
                 .map(|k| {
                     let name = format!("{}{k}", args.model_prefix);
-                    let path = template.replace("%7Bmodel%7D", &name);
+                    let path = template.replace(MODEL_PLACEHOLDER, &name);
                     path.parse::<Uri>()
                         .with_context(|| format!("'{path}' is not a request target"))
                 })
