@@ -93,15 +93,20 @@ impl CompiledCode {
     }
 
     /// Mapped from a file of compiled code: its data segments are then the very pages the
-    /// instances' linear memories map copy-on-write (or copy from, for a passive segment),
-    /// which those memories are charged for as sized, so the image is charged without them
-    /// (a Python component: 36 MB mapped, of which 13 MB are its interpreter's initial
-    /// heap). A plugin cannot hide memory there: what the section holds beyond its
-    /// memories is clean pages of the file, which the kernel takes back under pressure.
+    /// instances' linear memories map copy-on-write, which those memories are charged for
+    /// as sized, so the image is charged without them (a Python component: 36 MB mapped,
+    /// of which 13 MB are its interpreter's initial heap) — but only as far as its
+    /// memories' initial sizes reach: data past them (passive segments a plugin could
+    /// carry to hide bytes from the budget) stays charged.
     pub fn mapped(component: Component) -> Self {
         let image = image_bytes(&component);
-        let charged = image.saturating_sub(data_images_bytes(&component).unwrap_or(0));
-        Self { component, charged }
+        let covered = data_images_bytes(&component)
+            .unwrap_or(0)
+            .min(initial_memories_bound(&component));
+        Self {
+            component,
+            charged: image.saturating_sub(covered),
+        }
     }
 
     /// What a model running from this component alone is charged for its code.
@@ -130,6 +135,22 @@ fn image(component: &Component) -> &[u8] {
 
 fn image_bytes(component: &Component) -> usize {
     image(component).len()
+}
+
+/// At least what the component's memories take at their start, in bytes: its number of
+/// memories times the largest initial size among them; 0 when that cannot be known (a
+/// component that imports its modules).
+fn initial_memories_bound(component: &Component) -> usize {
+    const WASM_PAGE: u64 = 64 << 10;
+    component
+        .resources_required()
+        .and_then(|resources| {
+            let pages = resources.max_initial_memory_size?;
+            u64::from(resources.num_memories)
+                .checked_mul(pages)?
+                .checked_mul(WASM_PAGE)
+        })
+        .map_or(0, |bytes| usize::try_from(bytes).unwrap_or(usize::MAX))
 }
 
 /// The size of the image's data segments section, read from its section headers; `None`
@@ -202,37 +223,52 @@ mod tests {
         assert_eq!(one.bytes(), whole, "the last holder pays it all");
     }
 
-    /// A component whose one core module has a linear memory initialised with `data` bytes.
-    fn component_with_data(data: usize) -> Vec<u8> {
-        use wasm_encoder::{ConstExpr, DataSection, MemorySection, MemoryType, Module, ModuleSection};
+    /// A component whose one core module has a linear memory of `pages` pages and `data`
+    /// bytes of data: an active segment initialising it, or a passive one.
+    fn component_with_data(pages: u64, data: usize, active: bool) -> Vec<u8> {
+        use wasm_encoder::{
+            ConstExpr, DataSection, InstanceSection, MemorySection, MemoryType, Module, ModuleArg, ModuleSection,
+        };
         let mut memories = MemorySection::new();
         memories.memory(MemoryType {
-            minimum: 8,
+            minimum: pages,
             maximum: None,
             memory64: false,
             shared: false,
             page_size_log2: None,
         });
         let mut segments = DataSection::new();
-        segments.active(0, &ConstExpr::i32_const(0), vec![0x5a; data]);
+        if active {
+            segments.active(0, &ConstExpr::i32_const(0), vec![0x5a; data]);
+        } else {
+            segments.passive(vec![0x5a; data]);
+        }
         let mut module = Module::new();
         module.section(&memories).section(&segments);
+        // Instantiated, as a plugin's modules are: only then does it need the memory.
+        let mut instances = InstanceSection::new();
+        instances.instantiate(0, Vec::<(&str, ModuleArg)>::new());
         let mut component = wasm_encoder::Component::new();
-        component.section(&ModuleSection(&module));
+        component.section(&ModuleSection(&module)).section(&instances);
         component.finish()
+    }
+
+    /// `bytes` compiled as `tensorplug compile` does and mapped back as a load does.
+    fn mapped(engine: &wasmtime::Engine, bytes: &[u8]) -> CompiledCode {
+        let folder = tempfile::tempdir().unwrap();
+        let file = folder.path().join("stage.cwasm");
+        std::fs::write(&file, engine.precompile_component(bytes).unwrap()).unwrap();
+        // SAFETY: written just above by this engine.
+        CompiledCode::mapped(unsafe { Component::deserialize_file(engine, &file) }.unwrap())
     }
 
     #[test]
     fn a_mapped_image_is_charged_without_the_data_its_memories_are_charged_for() {
         let engine = wasmtime::Engine::default();
         let data = 300 * 1024;
-        let bytes = component_with_data(data);
+        let bytes = component_with_data(8, data, true);
         let in_memory = CompiledCode::in_memory(Component::new(&engine, &bytes).unwrap());
-        let folder = tempfile::tempdir().unwrap();
-        let file = folder.path().join("stage.cwasm");
-        std::fs::write(&file, engine.precompile_component(&bytes).unwrap()).unwrap();
-        // SAFETY: written just above by this engine.
-        let mapped = CompiledCode::mapped(unsafe { Component::deserialize_file(&engine, &file) }.unwrap());
+        let mapped = mapped(&engine, &bytes);
 
         assert_eq!(in_memory.charged_bytes(), image_bytes(&in_memory));
         let data_images = data_images_bytes(&mapped).expect("wasmtime keeps data segments in their own section");
@@ -246,6 +282,21 @@ mod tests {
             "the data is charged once, to the memories: {} of {}",
             mapped.charged_bytes(),
             image_bytes(&mapped)
+        );
+    }
+
+    #[test]
+    fn data_a_plugin_carries_past_its_memories_stays_charged() {
+        // A one-page memory and 4 MiB of passive data: nothing charges those bytes to the
+        // memories, so the code charge must keep them.
+        let engine = wasmtime::Engine::default();
+        let data = 4 << 20;
+        let mapped = mapped(&engine, &component_with_data(1, data, false));
+        let page = 64 << 10;
+        assert!(
+            mapped.charged_bytes() >= data - page,
+            "{} bytes charged for {data} bytes of passive data",
+            mapped.charged_bytes()
         );
     }
 }
