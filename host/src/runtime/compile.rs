@@ -23,6 +23,7 @@ use wit_component::ComponentEncoder;
 
 use super::components::Digest;
 use super::memory::CompiledCode;
+use super::memory_images;
 use super::precompiled::FileIdentity;
 use super::Runtime;
 
@@ -261,7 +262,9 @@ fn compile_afresh(
     let engine = runtime.engine().clone();
     let lookups = runtime.cache_lookups();
     let component = within(timeout, started, move || {
-        Component::new(&engine, &bytes).map_err(|e| format!("cannot compile: {e:#}"))
+        let component = Component::new(&engine, &bytes).map_err(|e| format!("cannot compile: {e:#}"))?;
+        memory_images::prepare(&component)?;
+        Ok::<_, String>(component)
     })??;
     let source = served_by_cache(lookups, runtime.cache_lookups());
     Ok((

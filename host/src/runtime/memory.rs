@@ -188,7 +188,7 @@ impl CodeShare {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     #[test]
@@ -225,7 +225,7 @@ mod tests {
 
     /// A component whose one core module has a linear memory of `pages` pages and `data`
     /// bytes of data: an active segment initialising it, or a passive one.
-    fn component_with_data(pages: u64, data: usize, active: bool) -> Vec<u8> {
+    pub(in crate::runtime) fn component_with_data(pages: u64, data: usize, active: bool) -> Vec<u8> {
         use wasm_encoder::{
             ConstExpr, DataSection, InstanceSection, MemorySection, MemoryType, Module, ModuleArg, ModuleSection,
         };

@@ -15,6 +15,7 @@ pub use deadline::{on_this_runtime_thread, EPOCH_TICK};
 pub use declared::{declared_instance_bytes, declared_instance_bytes_of_file};
 mod engine;
 mod memory;
+mod memory_images;
 pub mod nn;
 mod output;
 pub mod plugin_metrics;
