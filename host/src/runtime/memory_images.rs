@@ -6,10 +6,12 @@
 //! keeps that work (13 MB for a Python component) out of the first instantiation, which
 //! runs under the init deadline, and lets a transient refusal be tried again here.
 //!
-//! Linux refuses to seal a memfd whose pages are pinned for a moment (by compaction or
-//! page migration when memory is busy): `fcntl(F_ADD_SEALS)` waits about 70 ms, then
-//! fails with `EBUSY`. A load that met this failed with "Device or resource busy"; the
-//! pin passes, so the image is tried again a few times before the load is failed.
+//! Linux refuses to seal a memfd whose pages something else holds for a moment (reclaim
+//! scanning them when memory is short): `fcntl(F_ADD_SEALS)` waits about 70 ms, then
+//! fails with `EBUSY`. A load that met this in CI failed with "Device or resource busy".
+//! Sealing fresh 13 MB memfds in a 60 MiB memory cgroup met it about once in 800 seals,
+//! and the next attempt sealed every time; so a busy image is tried again a few times
+//! before the load is failed.
 
 use std::time::Duration;
 
