@@ -51,13 +51,9 @@ fn retry_while_busy(
     }
 }
 
-/// Whether the kernel said `EBUSY` somewhere in `error`'s chain.
+/// Whether the kernel said `EBUSY` in `error`'s chain.
 fn is_busy(error: &wasmtime::Error) -> bool {
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::ResourceBusy)
-    })
+    super::os_error(error).is_some_and(|os| os.kind() == std::io::ErrorKind::ResourceBusy)
 }
 
 #[cfg(test)]

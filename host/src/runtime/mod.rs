@@ -49,3 +49,9 @@ pub enum RuntimeError {
     #[error(transparent)]
     Graph(#[from] nn::GraphError),
 }
+
+/// The operating system's error in `error`'s chain, if a system call the host made failed
+/// (the host's trouble, never the plugin's).
+fn os_error(error: &wasmtime::Error) -> Option<&std::io::Error> {
+    error.chain().find_map(|cause| cause.downcast_ref::<std::io::Error>())
+}

@@ -235,7 +235,12 @@ impl StageTemplate {
             Ok(Ok((_, Err(message)))) => Err(init_error(format!("init failed: {message}"))),
             Ok(Err(error)) => {
                 let trapped = describe_trap(self.kind, &error, &output, timeout_ms);
-                Err(init_error(format!("init trapped: {}", trapped.message)))
+                let how = if super::os_error(&error).is_some() {
+                    "init failed"
+                } else {
+                    "init trapped"
+                };
+                Err(init_error(format!("{how}: {}", trapped.message)))
             }
             Err(DeadlinePassed) => Err(init_error(format!(
                 "init did not finish within its time limit of {timeout_ms} ms (limits.init_timeout_ms)"
@@ -452,6 +457,9 @@ fn describe_trap(kind: StageKind, error: &wasmtime::Error, output: &str, limit_m
     let deadline = trap == Some(Trap::Interrupt);
     let mut message = if deadline {
         format!("{} exceeded its time limit of {limit_ms} ms", kind.name())
+    } else if let Some(os) = super::os_error(error).filter(|_| trap.is_none()) {
+        // Not the plugin's doing: say so, or its author goes looking for a bug it lacks.
+        format!("{} could not run: the host's system call failed: {os}", kind.name())
     } else {
         let mut text = format!("{} trapped: {}", kind.name(), error.root_cause());
         // Name the `model.toml` key behind a limit the plugin ran into.
@@ -533,6 +541,25 @@ mod tests {
         assert!(is_runtime_frame("__rustc::rust_begin_unwind"));
         assert!(!is_runtime_frame("faulty::predict_item"));
         assert!(!is_runtime_frame("predict"));
+    }
+
+    #[test]
+    fn a_system_call_failing_in_the_host_is_not_called_a_trap() {
+        let busy = std::io::Error::from_raw_os_error(libc::EBUSY);
+        let error = wasmtime::Error::from(busy).context("cannot add seals to the memfd");
+        let described = describe_trap(StageKind::Predict, &error, "", 1000);
+        assert_eq!(
+            described.message,
+            "predict could not run: the host's system call failed: Device or resource busy (os error 16)"
+        );
+        assert!(!described.deadline);
+        let trap = wasmtime::Error::from(Trap::UnreachableCodeReached);
+        let described = describe_trap(StageKind::Predict, &trap, "", 1000);
+        assert!(
+            described.message.starts_with("predict trapped: "),
+            "{}",
+            described.message
+        );
     }
 
     #[test]
