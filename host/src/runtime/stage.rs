@@ -235,7 +235,7 @@ impl StageTemplate {
             Ok(Ok((_, Err(message)))) => Err(init_error(format!("init failed: {message}"))),
             Ok(Err(error)) => {
                 let trapped = describe_trap(self.kind, &error, &output, timeout_ms);
-                let how = if super::os_error(&error).is_some() {
+                let how = if host_call_failed(&error).is_some() {
                     "init failed"
                 } else {
                     "init trapped"
@@ -457,7 +457,7 @@ fn describe_trap(kind: StageKind, error: &wasmtime::Error, output: &str, limit_m
     let deadline = trap == Some(Trap::Interrupt);
     let mut message = if deadline {
         format!("{} exceeded its time limit of {limit_ms} ms", kind.name())
-    } else if let Some(os) = super::os_error(error).filter(|_| trap.is_none()) {
+    } else if let Some(os) = host_call_failed(error) {
         // Not the plugin's doing: say so, or its author goes looking for a bug it lacks.
         format!("{} could not run: the host's system call failed: {os}", kind.name())
     } else {
@@ -502,6 +502,15 @@ fn describe_trap(kind: StageKind, error: &wasmtime::Error, output: &str, limit_m
         }
     }
     Trapped { message, deadline }
+}
+
+/// The system call's error, when `error` is not a trap of the plugin's but a system call
+/// of the host's that failed.
+fn host_call_failed(error: &wasmtime::Error) -> Option<&std::io::Error> {
+    if error.downcast_ref::<Trap>().is_some() {
+        return None;
+    }
+    super::os_error(error)
 }
 
 /// The guest's output without the Rust runtime's hint about RUST_BACKTRACE, which a
